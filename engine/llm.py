@@ -1,0 +1,242 @@
+"""The engine's front door: `LLM(model).generate(prompts, SamplingParams(...))`."""
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Iterable, Iterator, Sequence as Seq, Union
+
+import torch
+
+from engine.block_manager import BlockManager
+from engine.model import LlamaModel
+from engine.model_runner import ModelRunner
+from engine.model_source import resolve
+from engine.ops import make_ops, select_backend
+from engine.outputs import RequestOutput
+from engine.sampling_params import SamplingParams
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence
+
+# A prompt is text, token ids, or chat messages ({"role", "content"} dicts).
+Prompt = Union[str, list[int], list[dict]]
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+DEFAULT_CPU_KV_TOKENS = 65536
+
+
+class PromptError(ValueError):
+    """A prompt the engine cannot serve; the message says which and why."""
+
+
+class LLM:
+    def __init__(self, model: str, backend: str = "auto", dtype: str = "auto",
+                 max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
+                 max_model_len: int | None = None, kv_cache_tokens: int | None = None,
+                 gpu_memory_utilization: float = 0.9, block_size: int = 16,
+                 enable_prefix_caching: bool = True, seed: int = 0):
+        if max_num_seqs < 1 or max_num_batched_tokens < 1:
+            raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
+        self.backend = select_backend(backend)
+        self.device = torch.device("cuda" if self.backend == "cuda" else "cpu")
+        self.dtype = self._pick_dtype(dtype)
+        self.source = resolve(model)
+        self.config = self.source.config
+        self.tokenizer = self.source.tokenizer
+        self.seed = seed
+        self.block_size = block_size
+
+        weights = dict(self.source.load_weights(self.device, self.dtype))
+        max_pos = min(max_model_len or self.config.max_position, self.config.max_position)
+        if max_model_len is not None and max_model_len > self.config.max_position:
+            raise ValueError(f"max_model_len {max_model_len} exceeds the model's context "
+                             f"length {self.config.max_position}")
+        self.model = LlamaModel(self.config, weights, make_ops(self.backend), self.device, self.dtype, max_pos)
+        del weights
+
+        num_blocks = self._num_kv_blocks(kv_cache_tokens, gpu_memory_utilization,
+                                         max_num_seqs, max_num_batched_tokens)
+        self.max_model_len = min(max_pos, num_blocks * block_size)
+        c = self.config
+        self.kv_cache = torch.empty((c.num_layers, 2, num_blocks, block_size, c.num_kv_heads, c.head_dim),
+                                    device=self.device, dtype=self.dtype)
+        self.block_manager = BlockManager(num_blocks, block_size, enable_prefix_caching)
+        self.scheduler = Scheduler(self.block_manager, max_num_seqs, max_num_batched_tokens)
+        self.runner = ModelRunner(self.model, self.kv_cache, block_size, self.device)
+        self._next_request_id = 0
+
+    # ------------------------------------------------------------ set-up
+
+    def _pick_dtype(self, dtype: str) -> torch.dtype:
+        if dtype == "auto":
+            return torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        if dtype not in _DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; choose auto or one of {', '.join(_DTYPES)}")
+        return _DTYPES[dtype]
+
+    def _kv_bytes_per_token(self) -> int:
+        c = self.config
+        return c.num_layers * 2 * c.num_kv_heads * c.head_dim * torch.finfo(self.dtype).bits // 8
+
+    def _num_kv_blocks(self, kv_cache_tokens, utilization, max_num_seqs, max_num_batched_tokens) -> int:
+        if kv_cache_tokens is not None:
+            tokens = kv_cache_tokens
+        elif self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            c = self.config
+            elem = torch.finfo(self.dtype).bits // 8
+            # Activations of the largest step, and fp32 logits for every sequence.
+            activations = max_num_batched_tokens * (2 * c.intermediate_size + c.q_size + 2 * c.kv_size
+                                                    + 4 * c.hidden_size) * elem * 2
+            logits = max_num_seqs * c.vocab_size * 4 * 3
+            budget = total * utilization - (total - free) - activations - logits
+            tokens = int(budget // self._kv_bytes_per_token())
+        else:
+            tokens = DEFAULT_CPU_KV_TOKENS
+        num_blocks = tokens // self.block_size
+        if num_blocks < 1:
+            raise ValueError(f"KV cache of {tokens} tokens holds less than one block of {self.block_size}")
+        return num_blocks
+
+    # ------------------------------------------------------------ requests
+
+    def encode_prompt(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise PromptError(f"model {self.source.name} has no tokenizer; pass token ids")
+            ids = self.tokenizer.encode(prompt)
+        elif isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt):
+            if self.tokenizer is None:
+                raise PromptError(f"model {self.source.name} has no tokenizer; pass token ids")
+            ids = self.tokenizer.encode_chat(prompt)
+        elif isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+            ids = list(prompt)
+            bad = [t for t in ids if not 0 <= t < self.config.vocab_size]
+            if bad:
+                raise PromptError(f"token id {bad[0]} is outside the vocabulary [0, {self.config.vocab_size})")
+        else:
+            raise PromptError("a prompt must be a string, a list of token ids, or a list of chat messages")
+        if not ids:
+            raise PromptError("the prompt is empty")
+        if len(ids) >= self.max_model_len:
+            raise PromptError(f"the prompt has {len(ids)} tokens; max_model_len is {self.max_model_len} "
+                              "(room for at least one output token is needed)")
+        return ids
+
+    def add_request(self, prompt: Prompt, params: SamplingParams | None = None) -> Sequence:
+        params = params or SamplingParams()
+        ids = self.encode_prompt(prompt)
+        rid = self._next_request_id
+        self._next_request_id += 1
+        seed = params.seed if params.seed is not None else (self.seed * 1_000_003 + rid) & (2**63 - 1)
+        seq = Sequence(rid, ids, params, seed)
+        self.scheduler.add(seq)
+        return seq
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def step(self) -> list[Sequence]:
+        """Run one engine step; return the sequences that finished in it."""
+        batch = self.scheduler.schedule()
+        sampling = batch.sampling_seqs()
+        tokens = self.runner.step(batch, sampling)
+        self.scheduler.commit(batch)
+        now = time.perf_counter()
+        finished = []
+        for seq, token in zip(sampling, tokens):
+            seq.append_token(token, now)
+            reason = self._finish_reason(seq, token)
+            if reason:
+                seq.finish(reason, now)
+                self.scheduler.finish(seq)
+                finished.append(seq)
+        return finished
+
+    def _finish_reason(self, seq: Sequence, token: int) -> str | None:
+        p = seq.sampling
+        if token in p.stop_token_ids or (not p.ignore_eos and self.tokenizer
+                                         and token in self.tokenizer.eos_token_ids):
+            return "stop"
+        if p.stop and self.tokenizer and self._stop_string_at(seq) is not None:
+            return "stop"
+        if seq.num_output_tokens >= p.max_tokens or seq.num_tokens >= self.max_model_len:
+            return "length"
+        return None
+
+    def _stop_string_at(self, seq: Sequence) -> int | None:
+        text = self.tokenizer.decode(seq.output_token_ids)
+        hits = [i for i in (text.find(s) for s in seq.sampling.stop) if i >= 0]
+        return min(hits) if hits else None
+
+    def _output(self, seq: Sequence) -> RequestOutput:
+        ids = seq.output_token_ids
+        p = seq.sampling
+        text = ""
+        if self.tokenizer is not None:
+            text = self.tokenizer.decode(ids)
+            cut = self._stop_string_at(seq) if p.stop and seq.finish_reason == "stop" else None
+            if cut is not None:
+                text = text[:cut]
+        return RequestOutput(seq.request_id, seq.prompt_token_ids, text, ids, seq.finish_reason,
+                             seq.arrival_time, seq.token_times, seq.finish_time, seq.num_preemptions)
+
+    # ------------------------------------------------------------ batch API
+
+    def generate(self, prompts: Prompt | Seq[Prompt],
+                 sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
+                 use_tqdm: bool = False) -> list[RequestOutput]:
+        """Generate for every prompt; outputs in prompt order."""
+        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts
+                                        and isinstance(prompts[0], (int, dict))):
+            prompts = [prompts]
+        prompts = list(prompts)
+        if isinstance(sampling_params, (list, tuple)):
+            if len(sampling_params) != len(prompts):
+                raise ValueError(f"{len(sampling_params)} sampling params for {len(prompts)} prompts")
+            params = list(sampling_params)
+        else:
+            params = [sampling_params or SamplingParams()] * len(prompts)
+        # Validate everything before any work starts, so bad input loses nothing.
+        encoded = [self.encode_prompt(p) for p in prompts]
+        return list(self.stream(zip(encoded, params), max_in_flight=len(prompts) or 1, use_tqdm=use_tqdm))
+
+    def stream(self, requests: Iterable[tuple[Prompt, SamplingParams]], max_in_flight: int | None = None,
+               use_tqdm: bool = False, total: int | None = None) -> Iterator[RequestOutput]:
+        """Generate for a (possibly endless) stream of requests, yielding outputs
+        in input order while holding at most `max_in_flight` requests."""
+        window = max_in_flight or 4 * self.scheduler.max_num_seqs
+        pending: deque[Sequence] = deque()    # added, not yet yielded, in input order
+        source = iter(requests)
+        exhausted = False
+        bar = _progress(use_tqdm, total)
+        try:
+            while True:
+                while not exhausted and len(pending) < window:
+                    try:
+                        prompt, params = next(source)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    pending.append(self.add_request(prompt, params))
+                while pending and pending[0].is_finished:
+                    bar.update(1)
+                    yield self._output(pending.popleft())
+                if not pending and exhausted:
+                    return
+                if self.has_unfinished():
+                    self.step()
+        finally:
+            bar.close()
+
+    @property
+    def stats(self) -> dict:
+        pc = self.block_manager.stats
+        return {"steps": self.scheduler.stats.steps, "preemptions": self.scheduler.stats.preemptions,
+                "prefix_cache_queries": pc.queries, "prefix_cache_hits": pc.hits,
+                "prefix_cache_hit_tokens": pc.hit_tokens, "host_syncs": self.runner.syncs.count,
+                "kv_cache_blocks": self.block_manager.num_blocks, "block_size": self.block_size}
+
+
+def _progress(enabled: bool, total: int | None):
+    from tqdm import tqdm
+    return tqdm(total=total, disable=not enabled, unit="req", dynamic_ncols=True)

@@ -1,0 +1,116 @@
+"""The Llama forward pass over a paged KV cache, written against the ops contract.
+
+GEMMs are torch `linear` (cuBLAS on the GPU); everything else goes through
+the ops backend. Q/K/V and gate/up projections are fused into one GEMM each.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from engine.model_config import ModelConfig
+from engine.ops import AttentionMetadata, Ops
+
+
+@dataclass
+class LayerWeights:
+    attn_norm: torch.Tensor
+    qkv: torch.Tensor        # [q + 2 kv, H]
+    o: torch.Tensor
+    ffn_norm: torch.Tensor
+    gate_up: torch.Tensor    # [2 I, H]
+    down: torch.Tensor
+
+
+def rope_cos_sin(config: ModelConfig, max_position: int, device) -> torch.Tensor:
+    """[max_position, head_dim] table: cos of each frequency (twice) | sin (twice), float32."""
+    d = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    if config.rope_scaling:
+        inv_freq = _llama3_scaled(inv_freq, config.rope_scaling)
+    freqs = torch.outer(torch.arange(max_position, dtype=torch.float32), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    half = d // 2
+    return torch.cat((emb.cos()[:, :half], emb.sin()[:, :half]), dim=-1).to(device)
+
+
+def _llama3_scaled(inv_freq: torch.Tensor, s: dict) -> torch.Tensor:
+    factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+    old_len = s["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    smooth = (old_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+    medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+    return torch.where(medium, smoothed, scaled)
+
+
+class LlamaModel:
+    def __init__(self, config: ModelConfig, weights: dict[str, torch.Tensor], ops: Ops,
+                 device: torch.device, dtype: torch.dtype, max_position: int):
+        self.config = config
+        self.ops = ops
+        c = config
+
+        def take(name: str) -> torch.Tensor:
+            if name not in weights:
+                raise ValueError(f"weights lack tensor {name}")
+            return weights.pop(name).to(device=device, dtype=dtype)
+
+        def fused(*names: str) -> torch.Tensor:
+            return torch.cat([take(n) for n in names], dim=0).contiguous()
+
+        self.embed = take("model.embed_tokens.weight")
+        self.layers = []
+        for i in range(c.num_layers):
+            p = f"model.layers.{i}."
+            self.layers.append(LayerWeights(
+                attn_norm=take(p + "input_layernorm.weight"),
+                qkv=fused(p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"),
+                o=take(p + "self_attn.o_proj.weight"),
+                ffn_norm=take(p + "post_attention_layernorm.weight"),
+                gate_up=fused(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"),
+                down=take(p + "mlp.down_proj.weight")))
+        self.norm = take("model.norm.weight")
+        self.lm_head = self.embed if c.tie_word_embeddings else take("lm_head.weight")
+        weights.pop("lm_head.weight", None)   # some tied checkpoints store a copy
+        self.cos_sin = rope_cos_sin(c, max_position, device)
+        self.scale = c.head_dim ** -0.5
+
+    @property
+    def num_parameters(self) -> int:
+        tensors = [self.embed, self.norm] + [t for l in self.layers for t in vars(l).values()]
+        if self.lm_head is not self.embed:
+            tensors.append(self.lm_head)
+        return sum(t.numel() for t in tensors)
+
+    def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+                kv_cache: torch.Tensor) -> torch.Tensor:
+        """Packed new tokens of all sequences -> final hidden states [T, H].
+
+        kv_cache: [num_layers, 2, num_blocks, block_size, nkv, d].
+        """
+        c, ops = self.config, self.ops
+        T = token_ids.shape[0]
+        h = ops.embed(token_ids, self.embed)
+        residual = None
+        for layer, cache in zip(self.layers, kv_cache):
+            x, residual = ops.rms_norm(h, layer.attn_norm, c.rms_norm_eps, residual)
+            qkv = F.linear(x, layer.qkv)
+            q, k, v = qkv.split([c.q_size, c.kv_size, c.kv_size], dim=-1)
+            q = q.reshape(T, c.num_heads, c.head_dim)
+            k = k.reshape(T, c.num_kv_heads, c.head_dim)
+            v = v.reshape(T, c.num_kv_heads, c.head_dim)
+            ops.rope_and_cache(q, k, v, positions, self.cos_sin, cache[0], cache[1], meta.slot_mapping)
+            attn = ops.attention(q, cache[0], cache[1], meta, self.scale)
+            h = F.linear(attn.reshape(T, c.q_size), layer.o)
+            x, residual = ops.rms_norm(h, layer.ffn_norm, c.rms_norm_eps, residual)
+            h = F.linear(ops.silu_and_mul(F.linear(x, layer.gate_up)), layer.down)
+        out, _ = ops.rms_norm(h, self.norm, c.rms_norm_eps, residual)
+        return out
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self.lm_head)

@@ -1,0 +1,51 @@
+"""Pick the ops backend: `cuda` (PyCUDA kernels) or `torch` (reference ops)."""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+
+import torch
+
+from engine.ops.base import AttentionMetadata, Ops, SamplingTensors
+
+__all__ = ["AttentionMetadata", "Ops", "SamplingTensors", "select_backend", "make_ops"]
+log = logging.getLogger("engine")
+BACKENDS = ("auto", "cuda", "torch")
+
+
+def cuda_unavailable_reason() -> str | None:
+    """Why the cuda backend cannot run here, or None if it can."""
+    if not torch.cuda.is_available():
+        return "no CUDA GPU is visible to torch"
+    try:
+        import pycuda  # noqa: F401
+    except ImportError:
+        return "pycuda is not installed"
+    cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    if shutil.which("nvcc") is None and not os.path.exists(os.path.join(cuda_home, "bin", "nvcc")):
+        return "nvcc (the CUDA compiler PyCUDA needs) is not on PATH nor in CUDA_HOME"
+    return None
+
+
+def select_backend(backend: str) -> str:
+    """Resolve `auto`; fail with the reason when `cuda` is asked for and cannot run."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "torch":
+        return "torch"
+    reason = cuda_unavailable_reason()
+    if reason is None:
+        return "cuda"
+    if backend == "cuda":
+        raise RuntimeError(f"backend 'cuda' is unavailable: {reason}")
+    log.warning("backend 'auto': using the torch backend because %s", reason)
+    return "torch"
+
+
+def make_ops(backend: str) -> Ops:
+    if backend == "cuda":
+        from engine.ops.cuda_ops import CudaOps
+        return CudaOps()
+    from engine.ops.torch_ops import TorchOps
+    return TorchOps()

@@ -1,0 +1,69 @@
+"""The contract between the model code and an ops backend.
+
+A backend supplies the non-GEMM arithmetic of a Llama forward pass and the
+sampler; the GEMMs are plain `torch.nn.functional.linear` in the model. Every
+backend implements the same functions with the same shapes, so the torch
+backend is the oracle the CUDA kernels are tested against.
+
+Shapes: T tokens in the step (all sequences' new tokens, packed), B sequences,
+H hidden size, nh / nkv query / KV heads, d head dim, V vocabulary.
+KV cache of one layer: [num_blocks, block_size, nkv, d].
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+
+@dataclass
+class AttentionMetadata:
+    query_start_loc: torch.Tensor   # [B+1] int32: packed offsets of each sequence's new tokens
+    seq_lens: torch.Tensor          # [B] int32: context length once this step's tokens are in
+    block_tables: torch.Tensor      # [B, max_blocks] int32, rows padded with 0
+    slot_mapping: torch.Tensor      # [T] int64: cache slot (block * block_size + offset) per token
+    max_query_len: int
+    max_seq_len: int
+    # Host copies, for backends that split work on the host.
+    query_lens_host: list[int]
+    seq_lens_host: list[int]
+
+
+@dataclass
+class SamplingTensors:
+    temperature: torch.Tensor       # [B] float32; 0 = greedy
+    top_k: torch.Tensor             # [B] int32; 0 = off
+    top_p: torch.Tensor             # [B] float32; 1 = off
+    seeds: torch.Tensor             # [B] int64
+    counters: torch.Tensor          # [B] int64: index of the output token being sampled
+    all_greedy: bool
+    any_filter: bool                # some row uses top-k or top-p
+
+
+class Ops(Protocol):
+    name: str
+
+    def embed(self, token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """[T] ids, [V, H] table -> [T, H]."""
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float,
+                 residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fused residual add + RMSNorm: r = x (+ residual); returns (norm(r) * weight, r)."""
+
+    def rope_and_cache(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       positions: torch.Tensor, cos_sin: torch.Tensor,
+                       k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+        """Rotate q [T, nh, d] and k [T, nkv, d] in place (half-split RoPE; cos_sin is
+        [max_pos, d] = cos | sin), and write k and v into the cache at slot_mapping."""
+
+    def attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        """Causal attention of each sequence's new queries over its cached context -> [T, nh, d]."""
+
+    def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+        """[T, 2I] (gate | up) -> silu(gate) * up, [T, I]."""
+
+    def sample(self, logits: torch.Tensor, sampling: SamplingTensors) -> torch.Tensor:
+        """[B, V] logits -> [B] int64 token ids (greedy, or Gumbel-max over the
+        temperature-scaled, top-k/top-p filtered distribution with counter-based noise)."""
