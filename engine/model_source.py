@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-import numpy as np
 import torch
 
+from engine.gguf_file import GGUFError, GGUFFile
 from engine.model_config import PRESETS, ModelConfig
 from engine.tokenizer import Tokenizer
 
@@ -129,38 +129,26 @@ def _hf_name(gguf_name: str) -> str | None:
     return f"{mapped}.{suffix}" if mapped else None
 
 
-def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
+def _unpermute(w: torch.Tensor, n_head: int) -> torch.Tensor:
     """Undo llama.cpp's Q/K row permutation (its RoPE pairs adjacent dims; HF's pairs halves)."""
-    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def _read_gguf(path: Path):
-    import gguf
-    try:
-        reader = gguf.GGUFReader(str(path))
-    except Exception as e:  # the library raises assorted errors on bad files
-        raise ModelSourceError(f"cannot read GGUF file {path}: {e}") from e
-    fields = {}
-    for key, field in reader.fields.items():
-        try:
-            fields[key] = field.contents()
-        except Exception:  # values we do not need and cannot decode
-            continue
-    return reader, fields
+    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
 
 
 def _gguf(path: Path) -> ModelSource:
-    import gguf
-    reader, f = _read_gguf(path)
+    try:
+        gf = GGUFFile(path)
+    except (GGUFError, OSError) as e:
+        raise ModelSourceError(f"cannot read GGUF file {path}: {e}") from None
+    f = gf.fields
     arch = f.get("general.architecture")
     if arch != "llama":
         raise ModelSourceError(f"{path}: architecture {arch!r} is not supported (only 'llama')")
-    names = {t.name for t in reader.tensors}
+    names = {t.name for t in gf.tensors}
     if "rope_freqs.weight" in names:
         raise ModelSourceError(f"{path}: per-dimension RoPE frequency factors are not supported")
-    for t in reader.tensors:
-        if t.tensor_type.name not in SUPPORTED_GGUF_TYPES:
-            raise ModelSourceError(f"{path}: tensor {t.name} has type {t.tensor_type.name}; "
+    for t in gf.tensors:
+        if t.type_name not in SUPPORTED_GGUF_TYPES:
+            raise ModelSourceError(f"{path}: tensor {t.name} has type {t.type_name}; "
                                    f"supported: {', '.join(SUPPORTED_GGUF_TYPES)}")
     try:
         n_head = int(f["llama.attention.head_count"])
@@ -177,23 +165,23 @@ def _gguf(path: Path) -> ModelSource:
             tie_word_embeddings="output.weight" not in names,
         )
     except KeyError as e:
-        raise ModelSourceError(f"{path}: GGUF metadata lacks {e.args[0]}") from e
+        raise ModelSourceError(f"{path}: GGUF metadata lacks {e.args[0]}") from None
     try:
         tokenizer = Tokenizer.from_gguf_fields(f)
     except (KeyError, ValueError) as e:
-        raise ModelSourceError(f"{path}: {e}") from e
+        raise ModelSourceError(f"{path}: {e}") from None
 
     def load(device: torch.device, dtype: torch.dtype):
-        for t in reader.tensors:
+        for t in gf.tensors:
             name = _hf_name(t.name)
             if name is None:
                 continue
-            w = gguf.quants.dequantize(t.data, t.tensor_type)
+            w = gf.load(t)
             if name.endswith("q_proj.weight"):
                 w = _unpermute(w, config.num_heads)
             elif name.endswith("k_proj.weight"):
                 w = _unpermute(w, config.num_kv_heads)
-            yield name, torch.from_numpy(np.array(w, dtype=np.float32))  # a writable copy
+            yield name, w
     return ModelSource(str(path), config, tokenizer, load)
 
 

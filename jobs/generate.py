@@ -1,0 +1,144 @@
+"""Batch generation: a prompts file in, a Parquet file of generations out.
+
+The input is read twice, streaming: once to validate every row (so bad input
+fails before any GPU time is spent, and nothing is written), once to generate.
+Outputs are written in input order, in row groups, to a temporary file that
+is renamed into place only when every row is done.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import zlib
+from collections import deque
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pyarrow as pa
+
+from jobs.atomic import atomic_parquet_writer
+from jobs.prompts_io import InputError, PromptRow, read_prompts
+
+MESSAGES_TYPE = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+OUTPUT_SCHEMA = pa.schema([
+    ("id", pa.string()),
+    ("prompt", pa.string()),
+    ("messages", MESSAGES_TYPE),
+    ("output_text", pa.string()),
+    ("output_token_ids", pa.list_(pa.int32())),
+    ("finish_reason", pa.string()),
+    ("prompt_tokens", pa.int32()),
+    ("output_tokens", pa.int32()),
+    ("ttft_s", pa.float64()),
+    ("e2e_s", pa.float64()),
+])
+ROW_GROUP_SIZE = 256
+
+
+class GenerateError(ValueError):
+    """Bad input for a generation job; nothing was written."""
+
+
+def request_seed(base_seed: int, row_id: str) -> int:
+    """Per-row seed from the job seed and the row id, so a row's sample does not
+    depend on which shard or batch it lands in."""
+    return (base_seed * 0x9E3779B1 + zlib.crc32(row_id.encode())) & 0x7FFFFFFFFFFFFFFF
+
+
+def generate_file(llm, source: Callable[[], Iterator[PromptRow]], output_path: str | Path,
+                  sampling: dict, seed: int = 0, progress: bool = False) -> dict:
+    """Generate for every row that `source()` yields into `output_path`.
+
+    `source` is called twice (validate, then generate), so it must return a
+    fresh iterator each time, e.g. `lambda: read_prompts(path)`. `sampling`
+    holds SamplingParams fields other than the seed. Returns counts. Raises
+    GenerateError, with nothing written, for any bad row.
+    """
+    from engine import PromptError, SamplingParams
+
+    total = 0
+    try:
+        for row in source():
+            try:
+                llm.encode_prompt(row.engine_prompt)
+            except PromptError as e:
+                raise GenerateError(f"row id {row.id!r}: {e}") from None
+            total += 1
+    except InputError as e:
+        raise GenerateError(str(e)) from None
+
+    pending: deque[PromptRow] = deque()   # rows handed to the engine, not yet written
+    written = 0
+
+    def engine_requests():
+        for row in source():
+            pending.append(row)
+            yield row.engine_prompt, SamplingParams(**sampling, seed=request_seed(seed, row.id))
+
+    with atomic_parquet_writer(output_path, OUTPUT_SCHEMA) as writer:
+        buffer = []
+        for out in llm.stream(engine_requests(), use_tqdm=progress, total=total):
+            row = pending.popleft()
+            buffer.append(_output_record(row, out))
+            if len(buffer) >= ROW_GROUP_SIZE:
+                writer.write_table(pa.Table.from_pylist(buffer, OUTPUT_SCHEMA))
+                written += len(buffer)
+                buffer.clear()
+        if buffer or written == 0:
+            writer.write_table(pa.Table.from_pylist(buffer, OUTPUT_SCHEMA))
+            written += len(buffer)
+    return {"rows": written}
+
+
+def _output_record(row: PromptRow, out) -> dict:
+    return {
+        "id": row.id, "prompt": row.prompt, "messages": row.messages,
+        "output_text": out.text, "output_token_ids": out.token_ids,
+        "finish_reason": out.finish_reason, "prompt_tokens": len(out.prompt_token_ids),
+        "output_tokens": len(out.token_ids), "ttft_s": out.ttft, "e2e_s": out.e2e,
+    }
+
+
+# ---------------------------------------------------------------- CLI
+
+def register(sub) -> None:
+    p = sub.add_parser("generate", help="generate for a prompts file (JSONL, CSV or Parquet) into Parquet")
+    p.add_argument("--model", required=True, help="alias, GGUF path, HF folder or dummy:<preset>")
+    p.add_argument("--input", required=True, help="prompts file with a 'prompt' or 'messages' column")
+    p.add_argument("--output", required=True, help="Parquet file to write (appears whole or not at all)")
+    p.add_argument("--backend", default="auto", choices=["auto", "cuda", "torch"])
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.set_defaults(func=run_cli)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    from engine import LLM, ModelSourceError, SamplingParams
+    from jobs.cli import UsageError
+
+    sampling = {"max_tokens": args.max_tokens, "temperature": args.temperature,
+                "top_p": args.top_p, "top_k": args.top_k}
+    try:
+        SamplingParams(**sampling)
+        # Fail on a missing/unknown input before the model loads.
+        next(iter(read_prompts(args.input)), None)
+    except (ValueError, InputError) as e:
+        raise UsageError(str(e)) from None
+    try:
+        llm = LLM(args.model, backend=args.backend, dtype=args.dtype, max_num_seqs=args.max_num_seqs,
+                  max_model_len=args.max_model_len, seed=args.seed)
+    except (ModelSourceError, ValueError, RuntimeError) as e:
+        raise UsageError(str(e)) from None
+    try:
+        counts = generate_file(llm, lambda: read_prompts(args.input), args.output, sampling, seed=args.seed,
+                               progress=sys.stderr.isatty())
+    except GenerateError as e:
+        raise UsageError(str(e)) from None
+    print(f"wrote {counts['rows']} rows to {args.output} (backend {llm.backend})")
+    return 0
