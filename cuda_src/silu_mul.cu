@@ -1,0 +1,25 @@
+// SiLU-and-mul of the fused gate|up GEMM output: out = T(silu(gate)) * up,
+// rounded as torch does (silu result in T, then the product in T).
+// Launch: 1-D grid-stride over T*I/8 chunks of 8 outputs (host requires I % 8 == 0).
+#include "common.cuh"
+
+template <typename T>
+__device__ void silu_and_mul(const T* __restrict__ x, T* __restrict__ out, int I, int64_t chunks) {
+    const int per_row = I / 8;
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < chunks; c += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = c / per_row;
+        const int j = (int)(c % per_row) * 8;
+        float g[8], u[8], o[8];
+        load8(x + t * 2 * I + j, g);
+        load8(x + t * 2 * I + I + j, u);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) o[i] = to_float(from_float<T>(g[i] / (1.f + expf(-g[i])))) * u[i];
+        store8(out + t * I + j, o);
+    }
+}
+
+#define SILU_MUL(T, N)                                                                      \
+    extern "C" __global__ void silu_and_mul_##N(const T* x, T* out, int I, int64_t chunks) { \
+        silu_and_mul<T>(x, out, I, chunks);                                                 \
+    }
+FOR_EACH_DTYPE(SILU_MUL)

@@ -1,0 +1,233 @@
+"""Every CUDA kernel against the torch reference ops, on fresh random inputs.
+
+Outputs are poisoned with NaN before each run (in-place outputs directly; the
+ops' own allocations by parking a NaN-filled block of the same size in torch's
+caching allocator), so an unwritten element shows up as NaN or as a mismatch.
+"""
+import math
+import os
+
+import pytest
+import torch
+
+from engine.ops.base import AttentionMetadata, SamplingTensors
+from engine.ops.torch_ops import TorchOps
+
+pytestmark = pytest.mark.gpu
+os.environ.setdefault("ROADGATE_CUDA_DEBUG", "1")  # synchronize + check after every launch
+REF = TorchOps()
+DTYPES = [torch.bfloat16, torch.float32]
+
+
+@pytest.fixture(scope="module")
+def ops():
+    from engine.ops import cuda_unavailable_reason
+    reason = cuda_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    from engine.ops.cuda_ops import CudaOps
+    return CudaOps()
+
+
+@pytest.fixture(autouse=True)
+def _seed(request):
+    torch.manual_seed(hash(request.node.name) % (1 << 31))
+
+
+def rel_err(out, ref):
+    out, ref = out.double(), ref.double()
+    assert not torch.isnan(out).any(), "NaN in output (unwritten element or bad arithmetic)"
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def poison_next(shape, dtype):
+    """Leave a freed NaN block of this size for the op's next torch.empty to reuse."""
+    t = torch.full(shape, float("nan"), dtype=dtype, device="cuda")
+    del t
+
+
+def tol(dtype):
+    return 1e-2 if dtype == torch.bfloat16 else 1e-5
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("T,V,H", [(1, 49152, 576), (257, 49152, 576), (33, 1000, 63)])
+def test_embed(ops, dtype, T, V, H):
+    w = torch.randn(V, H, dtype=dtype, device="cuda")
+    ids = torch.randint(0, V, (T,), device="cuda")
+    poison_next((T, H), dtype)
+    assert torch.equal(ops.embed(ids, w), REF.embed(ids, w))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,H", [(1, 576), (257, 576), (256, 2048), (3, 77)])
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_rms_norm(ops, dtype, rows, H, with_residual):
+    x = torch.randn(rows, H, dtype=dtype, device="cuda")
+    res = torch.randn(rows, H, dtype=dtype, device="cuda") if with_residual else None
+    w = torch.rand(H, dtype=dtype, device="cuda") + 0.5
+    poison_next((rows, H), dtype)
+    out, r = ops.rms_norm(x, w, 1e-5, res)
+    ref_out, ref_r = REF.rms_norm(x, w, 1e-5, res)
+    assert rel_err(out, ref_out) <= tol(dtype)
+    assert torch.equal(r, ref_r)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("T,I", [(1, 1536), (255, 1536), (256, 8192), (7, 8)])
+def test_silu_and_mul(ops, dtype, T, I):
+    x = torch.randn(T, 2 * I, dtype=dtype, device="cuda") * 3
+    poison_next((T, I), dtype)
+    assert rel_err(ops.silu_and_mul(x), REF.silu_and_mul(x)) <= tol(dtype)
+
+
+def packed_qkv(T, nh, nkv, d, dtype):
+    """q, k, v as the model makes them: strided views into one packed GEMM output."""
+    qkv = torch.randn(T, (nh + 2 * nkv) * d, dtype=dtype, device="cuda")
+    q, k, v = qkv.split([nh * d, nkv * d, nkv * d], dim=-1)
+    return qkv, q.view(T, nh, d), k.view(T, nkv, d), v.view(T, nkv, d)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("T,nh,nkv,d", [(1, 9, 3, 64), (37, 9, 3, 64), (256, 8, 2, 128)])
+def test_rope_and_cache(ops, dtype, T, nh, nkv, d):
+    num_blocks, bs, max_pos = 64, 16, 4096
+    _, q, k, v = packed_qkv(T, nh, nkv, d, dtype)
+    qr, kr, vr = q.clone(), k.clone(), v.clone()
+    positions = torch.randint(0, max_pos, (T,), device="cuda")
+    cos_sin = torch.cat([torch.rand(max_pos, d // 2) * 2 - 1] * 2, dim=-1).cuda()
+    slots = torch.randperm(num_blocks * bs, device="cuda")[:T]
+    slots[::5] = -1  # padding tokens are not cached
+    caches = [torch.full((num_blocks, bs, nkv, d), float("nan"), dtype=dtype, device="cuda") for _ in range(4)]
+    ops.rope_and_cache(q, k, v, positions, cos_sin, caches[0], caches[1], slots)
+    REF.rope_and_cache(qr, kr, vr, positions, cos_sin, caches[2], caches[3], slots)
+    assert rel_err(q, qr) <= tol(dtype) and rel_err(k, kr) <= tol(dtype)
+    assert torch.equal(v, vr)
+    for mine, ref in ((caches[0], caches[2]), (caches[1], caches[3])):
+        assert torch.equal(mine.isnan(), ref.isnan()), "cache slots written differ"
+        assert rel_err(mine.nan_to_num(), ref.nan_to_num()) <= tol(dtype)
+
+
+def paged_batch(query_lens, seq_lens, nh, nkv, d, dtype, bs=16):
+    """Random paged KV cache with shuffled block tables, packed strided q, and metadata."""
+    blocks_per_seq = [math.ceil(L / bs) for L in seq_lens]
+    num_blocks = sum(blocks_per_seq) + 3
+    perm = torch.randperm(num_blocks).tolist()
+    tables, at = [], 0
+    for n in blocks_per_seq:
+        tables.append(perm[at:at + n])
+        at += n
+    width = max(blocks_per_seq)
+    tables = [t + [0] * (width - len(t)) for t in tables]
+    k_cache = torch.randn(num_blocks, bs, nkv, d, dtype=dtype, device="cuda")
+    v_cache = torch.randn(num_blocks, bs, nkv, d, dtype=dtype, device="cuda")
+    T = sum(query_lens)
+    _, q, _, _ = packed_qkv(T, nh, nkv, d, dtype)
+    qsl = [0]
+    for n in query_lens:
+        qsl.append(qsl[-1] + n)
+    dev = lambda x, t: torch.tensor(x, dtype=t, device="cuda")  # noqa: E731
+    meta = AttentionMetadata(
+        query_start_loc=dev(qsl, torch.int32), seq_lens=dev(seq_lens, torch.int32),
+        block_tables=dev(tables, torch.int32), slot_mapping=torch.zeros(T, dtype=torch.int64, device="cuda"),
+        max_query_len=max(query_lens), max_seq_len=max(seq_lens),
+        query_lens_host=list(query_lens), seq_lens_host=list(seq_lens))
+    return q, k_cache, v_cache, meta
+
+
+def check_attention(ops, query_lens, seq_lens, nh, nkv, d, dtype):
+    q, kc, vc, meta = paged_batch(query_lens, seq_lens, nh, nkv, d, dtype)
+    scale = d ** -0.5
+    poison_next((q.shape[0], nh, d), dtype)
+    out = ops.attention(q, kc, vc, meta, scale)
+    ref = REF.attention(q.float(), kc.float(), vc.float(), meta, scale)
+    assert rel_err(out, ref) <= 1e-2
+
+
+HEADS = [(9, 3, 64), (8, 2, 128), (16, 2, 128), (32, 8, 64)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("nh,nkv,d", HEADS)
+@pytest.mark.parametrize("seq_lens", [[1], [4096], [1, 15, 16, 17, 33, 1000, 4096], "b256"])
+def test_decode_attention(ops, dtype, nh, nkv, d, seq_lens):
+    if seq_lens == "b256":
+        seq_lens = torch.randint(1, 1025, (256,)).tolist()
+    check_attention(ops, [1] * len(seq_lens), seq_lens, nh, nkv, d, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("nh,nkv,d", HEADS)
+@pytest.mark.parametrize("query_lens,seq_lens", [
+    ([7], [7]),                                   # plain prefill, odd length
+    ([64, 65, 130, 1], [64, 65, 130, 300]),       # tile boundaries, a decode row in the batch
+    ([5, 100, 17], [40, 1100, 17]),               # chunked prefill: queries after a cached prefix
+    ([4096], [4096]),
+])
+def test_prefill_attention(ops, dtype, nh, nkv, d, query_lens, seq_lens):
+    check_attention(ops, query_lens, seq_lens, nh, nkv, d, dtype)
+
+
+def sampling_tensors(B, temperature, top_k=0, top_p=1.0):
+    dev = lambda x, t: torch.as_tensor(x, dtype=t).cuda()  # noqa: E731
+    temp = dev(temperature, torch.float32).expand(B).contiguous()
+    tk = dev(top_k, torch.int32).expand(B).contiguous()
+    tp = dev(top_p, torch.float32).expand(B).contiguous()
+    return SamplingTensors(temperature=temp, top_k=tk, top_p=tp,
+                           seeds=torch.randint(-2**62, 2**62, (B,), device="cuda"),
+                           counters=torch.randint(0, 5000, (B,), device="cuda"),
+                           all_greedy=bool((temp == 0).all()), any_filter=bool(((tk > 0) | (tp < 1)).any()))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B,V", [(1, 49152), (256, 49152), (3, 1000)])
+def test_sample_greedy(ops, dtype, B, V):
+    logits = (torch.randn(B, V, device="cuda") * 4).to(dtype)  # bf16 makes ties: lowest index wins
+    s = sampling_tensors(B, 0.0)
+    assert torch.equal(ops.sample(logits, s), REF.sample(logits, s))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B,V", [(1, 49152), (256, 49152), (5, 1000)])
+def test_sample_random_matches_reference(ops, dtype, B, V):
+    logits = (torch.randn(B, V, device="cuda") * 3).to(dtype)
+    temp = torch.rand(B) * 1.5 + 0.2
+    temp[::4] = 0.0  # greedy rows mixed in
+    s = sampling_tensors(B, temp)
+    assert torch.equal(ops.sample(logits, s), REF.sample(logits, s))
+    # Independent of batch composition: a row sampled alone draws the same token.
+    one = SamplingTensors(s.temperature[-1:], s.top_k[-1:], s.top_p[-1:], s.seeds[-1:], s.counters[-1:],
+                          False, False)
+    assert ops.sample(logits[-1:], one).item() == ops.sample(logits, s)[-1].item()
+
+
+@pytest.mark.parametrize("top_k,top_p", [(1, 1.0), (5, 1.0), (50, 0.9), (0, 0.5), (0, 0.95), (20, 0.0)])
+def test_sample_filtered(ops, top_k, top_p):
+    B, V = 256, 49152
+    logits = torch.randn(B, V, device="cuda") * 3
+    s = sampling_tensors(B, 0.9, top_k, top_p)
+    mine, ref = ops.sample(logits, s), REF.sample(logits, s)
+    # Float rounding of the nucleus mass may move a boundary token; almost all rows agree.
+    assert (mine == ref).float().mean().item() >= 0.97
+    if top_k == 1 or top_p == 0.0:
+        assert torch.equal(mine, logits.argmax(-1))
+
+
+@pytest.mark.parametrize("R", [1, 257])
+def test_build_decode_inputs(ops, R):
+    bs, width = 16, 9
+    seq_lens = torch.randint(1, bs * width, (R,), dtype=torch.int32, device="cuda")
+    seq_lens[0] = bs * width  # next position falls outside the table -> slot -1
+    tables = torch.randint(0, 1000, (R, width), dtype=torch.int32, device="cuda")
+    sampled = torch.randint(0, 49152, (R,), device="cuda")
+    ids, pos, slots = (torch.full((R,), -7, dtype=torch.int64, device="cuda") for _ in range(3))
+    old = seq_lens.clone()
+    ops.build_decode_inputs(sampled, seq_lens, tables, bs, ids, pos, slots)
+    assert torch.equal(ids, sampled)
+    assert torch.equal(pos, old.long())
+    assert torch.equal(seq_lens, old + 1)
+    blk = (old // bs).long()
+    inside = blk < width
+    expect = torch.where(inside, tables.gather(1, blk.clamp_max(width - 1)[:, None])[:, 0].long() * bs + old % bs,
+                         torch.full_like(pos, -1))
+    assert torch.equal(slots, expect)
