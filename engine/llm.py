@@ -14,7 +14,7 @@ from engine.model_source import resolve
 from engine.ops import make_ops, select_backend
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.scheduler import ScheduledBatch, Scheduler
 from engine.sequence import Sequence
 
 # A prompt is text, token ids, or chat messages ({"role", "content"} dicts).
@@ -179,6 +179,18 @@ class LLM:
                 text = text[:cut]
         return RequestOutput(seq.request_id, seq.prompt_token_ids, text, ids, seq.finish_reason,
                              seq.arrival_time, seq.token_times, seq.finish_time, seq.num_preemptions)
+
+    def next_token_logits(self, prompt: Prompt) -> torch.Tensor:
+        """Float32 logits of the token after `prompt` (one prefill, nothing kept):
+        the figure backends are compared on."""
+        seq = Sequence(-1, self.encode_prompt(prompt), SamplingParams(max_tokens=1), 0)
+        if not self.block_manager.can_allocate(seq, seq.num_tokens):
+            raise RuntimeError("the KV cache is busy; call next_token_logits between generations")
+        self.block_manager.allocate(seq, seq.num_tokens)
+        try:
+            return self.runner.logits(ScheduledBatch([seq], [seq.num_tokens]), [seq])[0].float().cpu()
+        finally:
+            self.block_manager.release(seq)
 
     # ------------------------------------------------------------ batch API
 

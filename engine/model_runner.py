@@ -21,13 +21,17 @@ class ModelRunner:
     def step(self, batch: ScheduledBatch, sampling_seqs: list[Sequence]) -> list[int]:
         """Compute this step's tokens; return a sampled token per sequence in
         `sampling_seqs` (those whose prompt is complete after this step)."""
-        token_ids, positions, meta, sample_rows = self._prepare(batch, sampling_seqs)
-        hidden = self.model.forward(token_ids, positions, meta, self.kv_cache)
+        logits = self.logits(batch, sampling_seqs)
         if not sampling_seqs:
             return []
-        logits = self.model.logits(hidden[sample_rows])
         tokens = self.model.ops.sample(logits, self._sampling_tensors(sampling_seqs))
         return self.syncs.to_host(tokens)
+
+    def logits(self, batch: ScheduledBatch, sampling_seqs: list[Sequence]) -> torch.Tensor:
+        """Run the batch; logits [len(sampling_seqs), V] at each sampling sequence's last token."""
+        token_ids, positions, meta, sample_rows = self._prepare(batch, sampling_seqs)
+        hidden = self.model.forward(token_ids, positions, meta, self.kv_cache)
+        return self.model.logits(hidden[sample_rows])
 
     def _prepare(self, batch: ScheduledBatch, sampling_seqs: list[Sequence]):
         bs = self.block_size

@@ -1,0 +1,41 @@
+"""Shared fixtures: the real SmolLM2-135M-Instruct, loaded once per session."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CHAT_PROMPTS = REPO / "jobs" / "data" / "chat_prompts.jsonl"
+MODEL = "smollm2-135m-instruct"
+
+
+def chat_messages(n: int) -> list[list[dict]]:
+    rows = [json.loads(line) for line in CHAT_PROMPTS.read_text().splitlines()[:n]]
+    return [r["messages"] for r in rows]
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    from engine.model_source import alias_path
+    return alias_path(MODEL)
+
+
+@pytest.fixture(scope="session")
+def llm():
+    """Our engine on the torch backend, fp32, CPU, default cache."""
+    from engine import LLM
+    return LLM(MODEL, backend="torch", dtype="float32", seed=0)
+
+
+@pytest.fixture(scope="session")
+def hf(model_path):
+    """HF transformers' own load of the same GGUF (fp32, CPU): (model, tokenizer)."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+    tok = transformers.AutoTokenizer.from_pretrained(model_path.parent, gguf_file=model_path.name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        model_path.parent, gguf_file=model_path.name, dtype=torch.float32)
+    model.eval()
+    return model, tok

@@ -1,0 +1,113 @@
+"""Block manager, scheduler and sampling params without a model."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.block_manager import BlockManager
+from engine.ops.torch_ops import filter_logits, uniform_noise
+from engine.sampling_params import SamplingParams
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence
+
+
+def seq(rid: int, n: int, start: int = 0) -> Sequence:
+    return Sequence(rid, list(range(start, start + n)), SamplingParams(max_tokens=4), rid)
+
+
+def test_blocks_are_refcounted_and_prefix_shared():
+    bm = BlockManager(num_blocks=8, block_size=4)
+    a = seq(0, 10)
+    bm.allocate(a, 10)
+    assert len(a.block_table) == 3 and bm.num_free_blocks == 5
+    a.num_computed_tokens = 10
+    bm.register_computed_blocks(a)            # two full blocks published
+    b = seq(1, 11)                            # same first 10 tokens
+    assert bm.acquire_cached_prefix(b) == 8
+    assert b.block_table == a.block_table[:2]
+    assert [bm.blocks[i].ref_count for i in a.block_table] == [2, 2, 1]
+    bm.release(a)
+    assert bm.num_free_blocks == 6            # shared blocks still held by b
+    bm.release(b)
+    assert bm.num_free_blocks == 8
+    c = seq(2, 9)                             # freed blocks keep their contents until reused
+    assert bm.acquire_cached_prefix(c) == 8
+    assert bm.stats.hits == 4
+
+
+def test_prefix_hit_always_leaves_a_token_to_compute():
+    bm = BlockManager(num_blocks=8, block_size=4)
+    a = seq(0, 8)
+    bm.allocate(a, 8)
+    a.num_computed_tokens = 8
+    bm.register_computed_blocks(a)
+    b = seq(1, 8)                             # identical 8-token prompt
+    assert bm.acquire_cached_prefix(b) == 4   # last block recomputed for logits
+
+
+def test_eviction_reuses_lru_cached_blocks():
+    bm = BlockManager(num_blocks=2, block_size=4)
+    a = seq(0, 5)
+    bm.allocate(a, 5)
+    a.num_computed_tokens = 5
+    bm.register_computed_blocks(a)
+    bm.release(a)
+    big = seq(1, 8, start=100)                # needs both blocks: evicts the cached one
+    bm.allocate(big, 8)
+    assert bm.cached == {} and bm.num_free_blocks == 0
+    assert bm.acquire_cached_prefix(seq(2, 5)) == 0
+
+
+def test_scheduler_respects_token_budget_and_seq_limit():
+    s = Scheduler(BlockManager(64, 4), max_num_seqs=2, max_num_batched_tokens=10)
+    for i in range(3):
+        s.add(seq(i, 7, start=10 * i))
+    batch = s.schedule()
+    assert [x.request_id for x in batch.seqs] == [0, 1] and batch.num_new_tokens == [7, 3]
+    assert batch.sampling_seqs() == [batch.seqs[0]]     # seq 1's prompt is only partly done
+    s.commit(batch)
+    batch.seqs[0].append_token(99, 0.0)
+    batch = s.schedule()                                  # decode + rest of prefill; seq 2 waits
+    assert [x.request_id for x in batch.seqs] == [0, 1] and batch.num_new_tokens == [1, 4]
+    assert [x.request_id for x in s.waiting] == [2]
+
+
+def test_scheduler_preempts_latest_when_blocks_run_out():
+    s = Scheduler(BlockManager(4, 4), max_num_seqs=4, max_num_batched_tokens=64)
+    a, b = seq(0, 8), seq(1, 8, start=50)
+    s.add(a)
+    s.add(b)
+    batch = s.schedule()
+    assert batch.seqs == [a, b]
+    s.commit(batch)
+    a.append_token(7, 0.0)                    # a needs a third block: none free
+    batch = s.schedule()
+    assert batch.seqs == [a] and s.stats.preemptions == 1
+    assert list(s.waiting) == [b] and b.num_computed_tokens == 0 and b.block_table == []
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"max_tokens": 0}, "max_tokens"), ({"temperature": -0.1}, "temperature"),
+    ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p"), ({"top_k": -1}, "top_k"),
+    ({"stop": [""]}, "stop"),
+])
+def test_sampling_params_reject_out_of_range(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**kwargs)
+
+
+def test_noise_is_a_function_of_seed_counter_and_index():
+    seeds = torch.tensor([1, 2, 1], dtype=torch.int64)
+    counters = torch.tensor([0, 0, 1], dtype=torch.int64)
+    u = uniform_noise(seeds, counters, 1000)
+    assert ((u > 0) & (u < 1)).all()
+    assert torch.equal(u, uniform_noise(seeds, counters, 1000))
+    assert not torch.equal(u[0], u[1]) and not torch.equal(u[0], u[2])
+    assert abs(u.mean().item() - 0.5) < 0.02
+
+
+def test_filter_logits_keeps_top_k_and_nucleus():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.5, 0.3, 0.15, 0.05]]))
+    out = filter_logits(logits, torch.tensor([2, 0]), torch.tensor([1.0, 0.7]))
+    assert torch.isfinite(out[0]).tolist() == [True, True, False, False]
+    assert torch.isfinite(out[1]).tolist() == [True, True, False, False]   # 0.5 + 0.3 >= 0.7
