@@ -33,11 +33,14 @@ class LLM:
                  max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
                  max_model_len: int | None = None, kv_cache_tokens: int | None = None,
                  gpu_memory_utilization: float = 0.9, block_size: int = 16,
-                 enable_prefix_caching: bool = True, seed: int = 0):
+                 enable_prefix_caching: bool = True, seed: int = 0, device: str | None = None):
         if max_num_seqs < 1 or max_num_batched_tokens < 1:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
         self.backend = select_backend(backend)
-        self.device = torch.device("cuda" if self.backend == "cuda" else "cpu")
+        # The torch backend runs on any device (the GPU too, as the kernels' oracle).
+        self.device = torch.device(device or ("cuda" if self.backend == "cuda" else "cpu"))
+        if self.backend == "cuda" and self.device.type != "cuda":
+            raise ValueError("backend 'cuda' runs on a CUDA device only")
         self.dtype = self._pick_dtype(dtype)
         self.source = resolve(model)
         self.config = self.source.config

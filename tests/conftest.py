@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CHAT_PROMPTS = REPO / "jobs" / "data" / "chat_prompts.jsonl"
-MODEL = "smollm2-135m-instruct"
+# ROADGATE_TEST_MODEL points at a GGUF where the PyPI package is not installed (the GPU host).
+MODEL = os.environ.get("ROADGATE_TEST_MODEL", "smollm2-135m-instruct")
 
 
 def chat_messages(n: int) -> list[list[dict]]:

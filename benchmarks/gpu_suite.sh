@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# On the GPU host: GPU tests, a memcheck run, and the benchmarks, in one go.
+# Logs go under $OUT (default ./out); a short table is printed last.
+#
+#   benchmarks/gpu_suite.sh [MODEL_GGUF]      # default /tmp/model/smollm2.gguf
+#   SUITE_SKIP="tests memcheck" benchmarks/gpu_suite.sh   # run only the rest
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out}; mkdir -p "$OUT"
+export ROADGATE_TEST_MODEL=${1:-/tmp/model/smollm2.gguf} ROADGATE_REPORT_DIR=$OUT PYTHONUNBUFFERED=1
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+SKIP=${SUITE_SKIP:-}
+summary=()
+step() {  # step NAME COMMAND...: run, log to $OUT/NAME.log, remember the last line
+  local name=$1; shift
+  case " $SKIP " in *" $name "*) return;; esac
+  local t0=$SECONDS
+  "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  summary+=("$(printf '%-10s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$OUT/$name.log")")")
+}
+
+step tests python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider -s
+step memcheck compute-sanitizer --tool memcheck --print-limit 20 python3 -c "
+from engine import LLM, SamplingParams
+llm = LLM('$ROADGATE_TEST_MODEL', backend='cuda', kv_cache_tokens=4096, max_num_seqs=8)
+outs = llm.generate([[{'role': 'user', 'content': 'What is the capital of France?'}], 'Once upon a time'] * 3,
+                    SamplingParams(max_tokens=12, temperature=0.8, top_p=0.9, seed=1))
+print('memcheck run done:', repr(outs[0].text))"
+step kernels python3 benchmarks/kernels.py
+for w in latency-b1 fixed-256x128x128 nano-bench; do
+  step "bench-$w" python3 -m jobs.cli bench --workload "$w" --model "$ROADGATE_TEST_MODEL" \
+      --engine ours --backend cuda --engine hf --device cuda --json "$OUT/bench-$w.json"
+done
+
+echo; echo "== logs in $OUT"
+for w in latency-b1 fixed-256x128x128 nano-bench; do [ -f "$OUT/bench-$w.log" ] && tail -n 3 "$OUT/bench-$w.log"; done
+grep -h "ERROR SUMMARY" "$OUT/memcheck.log" 2>/dev/null
+printf '%s\n' "${summary[@]}"

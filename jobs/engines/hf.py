@@ -1,0 +1,91 @@
+"""HF transformers as a peer: batched `generate` with left padding, same weights (the GGUF).
+
+HF has no per-request stopping inside a batch, so each batch generates to its
+longest request and every row is cut at its own max_tokens (and at EOS unless
+the workload ignores it); the row's finish time is its last token's time. A
+logits processor stamps the host clock once per decoding step, which gives
+every token's time.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from jobs.engines import EngineRun
+from jobs.metrics import Completion
+from jobs.workloads import Workload
+
+
+class _StepClock:
+    """Called by generate() once per step, right before choosing the step's tokens."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def __call__(self, input_ids, scores):
+        self.times.append(time.perf_counter())
+        return scores
+
+
+def load(model_path, device: str, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from engine.model_source import alias_path
+    path = alias_path(str(model_path))
+    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype).to(device)
+    return model.eval(), tok
+
+
+def run(workload: Workload, model: str, device: str = "cpu", batch_size: int = 256,
+        dtype: str = "auto") -> EngineRun:
+    from transformers import LogitsProcessorList
+    torch_dtype = {"auto": torch.bfloat16 if device == "cuda" else torch.float32,
+                   "float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    hf_model, tok = load(model, device, torch_dtype)
+    eos = tok.eos_token_id
+    requests = workload.requests()
+    prompts = [r.prompt if isinstance(r.prompt[0], int) else tok.apply_chat_template(
+        r.prompt, add_generation_prompt=True, tokenize=True, return_dict=False) for r in requests]
+    prompts = [list(p["input_ids"]) if isinstance(p, dict) else list(p) for p in prompts]
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+
+    def generate(batch_prompts, new_tokens, clock=None):
+        width = max(len(p) for p in batch_prompts)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch_prompts], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch_prompts], device=device)
+        kwargs = {"min_new_tokens": new_tokens} if workload.ignore_eos else {}
+        with torch.no_grad():
+            out = hf_model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens,
+                                    do_sample=not workload.greedy, temperature=workload.temperature or None,
+                                    top_p=workload.top_p, top_k=workload.top_k or None, pad_token_id=pad,
+                                    logits_processor=LogitsProcessorList([clock] if clock else []), **kwargs)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return out[:, width:].tolist()
+
+    generate([prompts[0]], 4)   # warm-up
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    completions = []
+    start = time.perf_counter()
+    for lo in range(0, len(prompts), batch_size):
+        batch = list(range(lo, min(lo + batch_size, len(prompts))))
+        arrival = time.perf_counter()
+        clock = _StepClock()
+        rows = generate([prompts[i] for i in batch], max(requests[i].max_tokens for i in batch), clock)
+        end = time.perf_counter()
+        token_times = clock.times[1:] + [end]      # token k is known when step k + 1 begins
+        for i, row in zip(batch, rows):
+            tokens = row[:requests[i].max_tokens]
+            reason = "length"
+            if not workload.ignore_eos and eos in tokens:
+                tokens = tokens[:tokens.index(eos) + 1]
+                reason = "stop"
+            times = token_times[:len(tokens)]
+            completions.append(Completion(i, len(prompts[i]), tokens, reason, arrival, times, times[-1]))
+    wall = time.perf_counter() - start
+    extra = {"peak_gpu_mem_bytes": torch.cuda.max_memory_allocated()} if device == "cuda" else {}
+    config = {"engine": "hf", "device": device, "dtype": str(torch_dtype).removeprefix("torch."),
+              "batch_size": batch_size, "attention": hf_model.config._attn_implementation}
+    return EngineRun("hf", config, completions, wall, extra)

@@ -1,0 +1,145 @@
+"""Benchmark workloads: versioned YAML specs, materialized deterministically from their seed."""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+WORKLOADS_FILE = DATA_DIR / "workloads.yaml"
+SOURCES = ("random_tokens", "chat_file")
+HARDWARE = ("gpu", "cpu", "any")
+# Random prompts avoid the low ids where tokenizers keep their special tokens.
+TOKEN_RANGE = (100, 10000)
+
+
+class WorkloadError(ValueError):
+    """A workload name or spec is bad; the message names the workload and field."""
+
+
+@dataclass(frozen=True)
+class Request:
+    prompt: list[int] | list[dict]      # token ids, or chat messages
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    version: int
+    description: str
+    source: str
+    count: int
+    input_len: tuple[int, int]
+    output_len: tuple[int, int]
+    temperature: float
+    ignore_eos: bool
+    seed: int
+    hardware: str
+    min_duration_s: float
+    min_requests: int
+    min_agreement: float | None
+    chat_path: Path | None = None
+    top_p: float = 1.0
+    top_k: int = 0
+    spec: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def requests(self, seed: int | None = None) -> list[Request]:
+        """The workload's requests; the same seed always gives the same requests."""
+        rng = random.Random(self.seed if seed is None else seed)
+        if self.source == "random_tokens":
+            prompts = [[rng.randint(*TOKEN_RANGE) for _ in range(rng.randint(*self.input_len))]
+                       for _ in range(self.count)]
+        else:
+            lines = self.chat_path.read_text().splitlines()
+            prompts = [json.loads(line)["messages"] for line in lines[:self.count]]
+        return [Request(p, rng.randint(*self.output_len)) for p in prompts]
+
+    def sampling_params(self, request: Request, index: int):
+        from engine import SamplingParams
+        return SamplingParams(max_tokens=request.max_tokens, temperature=self.temperature, top_p=self.top_p,
+                              top_k=self.top_k, ignore_eos=self.ignore_eos, seed=self.seed * 100_003 + index)
+
+
+def load_workloads(path: Path = WORKLOADS_FILE) -> dict[str, Workload]:
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise WorkloadError(f"{path}: not valid YAML ({e})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("workloads"), dict):
+        raise WorkloadError(f"{path}: expected a top-level 'workloads' mapping")
+    return {name: _parse(name, spec, path.parent) for name, spec in doc["workloads"].items()}
+
+
+def get_workload(name: str, path: Path = WORKLOADS_FILE) -> Workload:
+    workloads = load_workloads(path)
+    if name not in workloads:
+        raise WorkloadError(f"unknown workload {name!r}; known: {', '.join(sorted(workloads))}")
+    return workloads[name]
+
+
+def _parse(name: str, spec, base: Path) -> Workload:
+    def fail(field_name: str, why: str):
+        raise WorkloadError(f"workload {name!r}: field {field_name!r} {why}")
+
+    def need(mapping, key: str, kind, where: str):
+        if not isinstance(mapping, dict) or key not in mapping:
+            fail(where, "is missing")
+        value = mapping[key]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+            fail(where, f"must be of type {kind.__name__}, got {value!r}")
+        return value
+
+    def length_range(value, where: str) -> tuple[int, int]:
+        if (not isinstance(value, list) or len(value) != 2 or not all(isinstance(v, int) for v in value)
+                or not 1 <= value[0] <= value[1]):
+            fail(where, f"must be [min, max] with 1 <= min <= max, got {value!r}")
+        return value[0], value[1]
+
+    if not isinstance(spec, dict):
+        fail("(spec)", "must be a mapping")
+    prompts = spec.get("prompts")
+    source = need(prompts, "source", str, "prompts.source")
+    if source not in SOURCES:
+        fail("prompts.source", f"must be one of {', '.join(SOURCES)}, got {source!r}")
+    count = need(prompts, "count", int, "prompts.count")
+    if count < 1:
+        fail("prompts.count", "must be >= 1")
+    chat_path = None
+    input_len = (1, 1)
+    if source == "chat_file":
+        chat_path = base / need(prompts, "path", str, "prompts.path")
+        if not chat_path.is_file():
+            fail("prompts.path", f"names a file that does not exist: {chat_path}")
+    else:
+        input_len = length_range(prompts.get("input_len"), "prompts.input_len")
+    sampling = spec.get("sampling")
+    temperature = need(sampling, "temperature", float, "sampling.temperature")
+    if temperature < 0:
+        fail("sampling.temperature", "must be >= 0")
+    validity = spec.get("validity")
+    min_agreement = validity.get("min_agreement") if isinstance(validity, dict) else None
+    if min_agreement is not None and not (isinstance(min_agreement, (int, float)) and 0 <= min_agreement <= 1):
+        fail("validity.min_agreement", "must be a number in [0, 1]")
+    hardware = need(spec, "hardware", str, "hardware")
+    if hardware not in HARDWARE:
+        fail("hardware", f"must be one of {', '.join(HARDWARE)}")
+    return Workload(
+        name=name, version=need(spec, "version", int, "version"),
+        description=spec.get("description", ""), source=source, count=count, input_len=input_len,
+        output_len=length_range(spec.get("output_len"), "output_len"), temperature=temperature,
+        ignore_eos=need(sampling, "ignore_eos", bool, "sampling.ignore_eos"),
+        seed=need(spec, "seed", int, "seed"), hardware=hardware,
+        min_duration_s=need(validity, "min_duration_s", float, "validity.min_duration_s"),
+        min_requests=need(validity, "min_requests", int, "validity.min_requests"),
+        min_agreement=min_agreement, chat_path=chat_path,
+        top_p=float(sampling.get("top_p", 1.0)), top_k=int(sampling.get("top_k", 0)), spec=spec)
