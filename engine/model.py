@@ -75,15 +75,18 @@ class LlamaModel:
                 gate_up=fused(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"),
                 down=take(p + "mlp.down_proj.weight")))
         self.norm = take("model.norm.weight")
-        self.lm_head = self.embed if c.tie_word_embeddings else take("lm_head.weight")
+        head = self.embed if c.tie_word_embeddings else take("lm_head.weight")
         weights.pop("lm_head.weight", None)   # some tied checkpoints store a copy
+        # Logits in float32: bf16 logits round near-ties into exact ties, which
+        # flip greedy picks between otherwise equivalent implementations.
+        self.lm_head = head.float()
         self.cos_sin = rope_cos_sin(c, max_position, device)
         self.scale = c.head_dim ** -0.5
 
     @property
     def num_parameters(self) -> int:
         tensors = [self.embed, self.norm] + [t for l in self.layers for t in vars(l).values()]
-        if self.lm_head is not self.embed:
+        if not self.config.tie_word_embeddings:
             tensors.append(self.lm_head)
         return sum(t.numel() for t in tensors)
 
@@ -113,4 +116,4 @@ class LlamaModel:
         return out
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.lm_head)
+        return F.linear(hidden.float(), self.lm_head)

@@ -49,7 +49,8 @@ class Ops(Protocol):
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float,
                  residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Fused residual add + RMSNorm: r = x (+ residual); returns (norm(r) * weight, r)."""
+        """Fused residual add + RMSNorm over a float32 residual stream:
+        r = float(x) (+ residual); returns (weight * norm(r) in x's dtype, r in float32)."""
 
     def rope_and_cache(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        positions: torch.Tensor, cos_sin: torch.Tensor,

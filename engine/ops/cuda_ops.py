@@ -75,12 +75,14 @@ class CudaOps:
     def rms_norm(self, x, weight, eps, residual):
         x = x.contiguous()
         out = torch.empty_like(x)
-        r = x if residual is None else torch.empty_like(x)
+        r = torch.empty(x.shape, dtype=torch.float32, device=x.device)
         H = x.shape[-1]
         rows = x.numel() // H
+        if residual is not None and residual.dtype != torch.float32:
+            raise TypeError("the residual stream is float32")
         if rows:
             self._k["rms_norm", _dtype_name(x)](rows, 256, x, None if residual is None else residual.contiguous(),
-                                                weight, out, None if residual is None else r, H, float(eps))
+                                                weight, out, r, H, float(eps))
         return out, r
 
     def rope_and_cache(self, q, k, v, positions, cos_sin, k_cache, v_cache, slot_mapping):

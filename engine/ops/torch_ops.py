@@ -45,6 +45,14 @@ def filter_logits(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
     return torch.empty_like(scaled).scatter_(-1, order, sorted_logits)
 
 
+def _sdpa(q, k, v, mask, scale):
+    """Attention of q [B, nh, n, d] over k, v [B, nkv, L, d]; KV heads repeated
+    explicitly for GQA, which every SDPA backend supports."""
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
 class TorchOps:
     name = "torch"
 
@@ -52,10 +60,9 @@ class TorchOps:
         return F.embedding(token_ids, weight)
 
     def rms_norm(self, x, weight, eps, residual):
-        r = x if residual is None else x + residual
-        h = r.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-        return weight * h.to(r.dtype), r
+        r = x.float() if residual is None else x.float() + residual
+        h = r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * h.to(x.dtype), r
 
     def rope_and_cache(self, q, k, v, positions, cos_sin, k_cache, v_cache, slot_mapping):
         cos, sin = cos_sin[positions].chunk(2, dim=-1)
@@ -86,9 +93,8 @@ class TorchOps:
             qi = q[offsets[i]:offsets[i] + n]           # [n, nh, d]
             # Query j sits at absolute position L - n + j and sees keys <= it.
             mask = torch.arange(L, device=q.device)[None, :] <= (L - n + torch.arange(n, device=q.device))[:, None]
-            o = F.scaled_dot_product_attention(qi.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                                               attn_mask=mask, scale=scale, enable_gqa=True)
-            out[offsets[i]:offsets[i] + n] = o.transpose(0, 1)
+            o = _sdpa(qi.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], mask, scale)
+            out[offsets[i]:offsets[i] + n] = o[0].transpose(0, 1)
         return out
 
     @staticmethod
@@ -103,8 +109,7 @@ class TorchOps:
         tok = torch.tensor([offsets[i] for i in rows], device=q.device)
         qd = q[tok][:, :, None, :]                      # [R, nh, 1, d]
         mask = torch.arange(k.shape[1], device=q.device)[None, :] < torch.tensor(lens, device=q.device)[:, None]
-        o = F.scaled_dot_product_attention(qd, k.transpose(1, 2), v.transpose(1, 2),
-                                           attn_mask=mask[:, None, None, :], scale=scale, enable_gqa=True)
+        o = _sdpa(qd, k.transpose(1, 2), v.transpose(1, 2), mask[:, None, None, :], scale)
         out[tok] = o[:, :, 0, :]
 
     def silu_and_mul(self, x):
