@@ -57,9 +57,9 @@ def test_prefix_caching_off_records_no_hits():
 
 
 @pytest.mark.parametrize("params", [
-    SamplingParams(max_tokens=16, temperature=0.8, seed=1234),
-    SamplingParams(max_tokens=16, temperature=1.0, top_k=20, seed=99),
-    SamplingParams(max_tokens=16, temperature=0.7, top_p=0.9, seed=5),
+    SamplingParams(max_tokens=16, temperature=0.8, seed=1234, ignore_eos=True),
+    SamplingParams(max_tokens=16, temperature=1.0, top_k=20, seed=99, ignore_eos=True),
+    SamplingParams(max_tokens=16, temperature=0.7, top_p=0.9, seed=5, ignore_eos=True),
 ])
 def test_seeded_sampling_repeats_and_seeds_differ(llm, params):
     prompt = "Write a short poem about the sea."
@@ -91,7 +91,8 @@ def test_stop_strings_and_stop_tokens(llm):
     tok = base.token_ids[3]
     by_token = llm.generate(["The capital of France is"],
                             SamplingParams(max_tokens=40, temperature=0, stop_token_ids=[tok]))[0]
-    assert by_token.finish_reason == "stop" and by_token.token_ids == base.token_ids[:4]
+    first = base.token_ids.index(tok)
+    assert by_token.finish_reason == "stop" and by_token.token_ids == base.token_ids[:first + 1]
 
 
 def test_outputs_carry_timestamps(llm):

@@ -45,12 +45,15 @@ def filter_logits(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
     return torch.empty_like(scaled).scatter_(-1, order, sorted_logits)
 
 
-def _sdpa(q, k, v, mask, scale):
-    """Attention of q [B, nh, n, d] over k, v [B, nkv, L, d]; KV heads repeated
-    explicitly for GQA, which every SDPA backend supports."""
+def _attend(q, k, v, mask, scale):
+    """softmax(q k^T * scale + mask) v in float32, written out plainly so the
+    oracle does not depend on which fused SDPA kernel a device picks.
+    q [B, nh, n, d]; k, v [B, nkv, L, d]; mask [B or 1, 1, n or 1, L] bool."""
     groups = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    k, v = k.float().repeat_interleave(groups, dim=1), v.float().repeat_interleave(groups, dim=1)
+    scores = torch.matmul(q.float(), k.transpose(-1, -2)) * scale
+    probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    return torch.matmul(probs, v).to(q.dtype)
 
 
 class TorchOps:
@@ -93,7 +96,7 @@ class TorchOps:
             qi = q[offsets[i]:offsets[i] + n]           # [n, nh, d]
             # Query j sits at absolute position L - n + j and sees keys <= it.
             mask = torch.arange(L, device=q.device)[None, :] <= (L - n + torch.arange(n, device=q.device))[:, None]
-            o = _sdpa(qi.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], mask, scale)
+            o = _attend(qi.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], mask, scale)
             out[offsets[i]:offsets[i] + n] = o[0].transpose(0, 1)
         return out
 
@@ -109,7 +112,7 @@ class TorchOps:
         tok = torch.tensor([offsets[i] for i in rows], device=q.device)
         qd = q[tok][:, :, None, :]                      # [R, nh, 1, d]
         mask = torch.arange(k.shape[1], device=q.device)[None, :] < torch.tensor(lens, device=q.device)[:, None]
-        o = _sdpa(qd, k.transpose(1, 2), v.transpose(1, 2), mask[:, None, None, :], scale)
+        o = _attend(qd, k.transpose(1, 2), v.transpose(1, 2), mask[:, None, None, :], scale)
         out[tok] = o[:, :, 0, :]
 
     def silu_and_mul(self, x):
