@@ -101,3 +101,13 @@ def test_outputs_carry_timestamps(llm):
     assert len(out.token_times) == 8
     assert out.arrival_time < out.token_times[0] <= out.token_times[-1] <= out.finish_time
     assert 0 < out.ttft <= out.e2e
+
+
+def test_never_written_cache_memory_cannot_leak_into_outputs():
+    """Cache memory is allocated uninitialized; on a GPU it can hold NaN."""
+    eng = LLM(MODEL, backend="torch", dtype="float32", kv_cache_tokens=1024, enable_prefix_caching=False)
+    params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+    clean = eng.generate(["The capital of France is", "One, two, three,"], params)
+    eng.kv_cache.fill_(float("nan"))
+    poisoned = eng.generate(["The capital of France is", "One, two, three,"], params)
+    assert [o.token_ids for o in poisoned] == [o.token_ids for o in clean]

@@ -109,9 +109,12 @@ class TorchOps:
         tables = meta.block_tables[idx, :nblocks].long()
         k = k_cache[tables].flatten(1, 2)               # [R, Lmax, nkv, d]
         v = v_cache[tables].flatten(1, 2)
+        mask = torch.arange(k.shape[1], device=q.device)[None, :] < torch.tensor(lens, device=q.device)[:, None]
+        # Slots past a row's length hold whatever the cache held: never-written
+        # memory can be NaN, and 0 * NaN is NaN, so zero them, not just mask them.
+        v = torch.where(mask[:, :, None, None], v, 0)
         tok = torch.tensor([offsets[i] for i in rows], device=q.device)
         qd = q[tok][:, :, None, :]                      # [R, nh, 1, d]
-        mask = torch.arange(k.shape[1], device=q.device)[None, :] < torch.tensor(lens, device=q.device)[:, None]
         o = _attend(qd, k.transpose(1, 2), v.transpose(1, 2), mask[:, None, None, :], scale)
         out[tok] = o[:, :, 0, :]
 
