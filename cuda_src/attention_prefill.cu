@@ -3,12 +3,10 @@
 //
 // One block per (64-query tile, query head, sequence); 4 warps, each owning 16
 // query rows. K/V tiles of 64 keys are gathered through the block table into
-// shared memory; S = Q K^T uses mma.sync m16n8k16 in bf16 (Q and K are bf16 already)
-// and O += P V in fp16 (P in [0, 1] keeps 3 more bits than bf16 would give it; V
-// converts to fp16 exactly within its range), both accumulating in fp32, with an
-// online softmax in registers. Query j of a sequence with
+// shared memory as bf16; S = Q K^T and O += P V use mma.sync m16n8k16 (bf16 in,
+// fp32 accumulate) with an online softmax in registers. Query j of a sequence with
 // n new tokens and context L sits at position L - n + j and sees keys <= it.
-// fp32 inputs are rounded to the 16-bit operand types (accumulation stays fp32).
+// fp32 inputs are rounded to bf16 for the matrix products (accumulation stays fp32).
 // Launch: grid = (ceil(max_query_len / 64), nh, B), block = 128, static smem.
 #include "common.cuh"
 
@@ -16,19 +14,16 @@ namespace {
 constexpr int BM = 64, BN = 64, THREADS = 128, PAD = 8;  // PAD: 16 bytes per row against bank conflicts
 }
 
-#define MMA_M16N8K16(NAME, TYPE)                                                                          \
-    __device__ __forceinline__ void NAME(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { \
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE                                \
-                     ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                       \
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                     \
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));                      \
-    }
-MMA_M16N8K16(mma_bf16, "bf16")
-MMA_M16N8K16(mma_f16, "f16")
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 
 // B operand (k = key, n = dim) of P V from a row-major [key][dim] tile: a transposing
 // 8x8 matrix load; lanes 0-15 give the addresses of the 16 key rows.
-__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& b0, uint32_t& b1, const __half* row) {
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& b0, uint32_t& b1, const bf16* row) {
     const uint32_t addr = (uint32_t)__cvta_generic_to_shared(row);
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(b0), "=r"(b1) : "r"(addr));
 }
@@ -40,7 +35,7 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
                              T* __restrict__ out, int nh, int nkv, int bs, float scale_log2) {
     constexpr int LD = D + PAD;
     __shared__ __align__(16) bf16 ks[BN][LD];
-    __shared__ __align__(16) __half vs[BN][LD];
+    __shared__ __align__(16) bf16 vs[BN][LD];
 
     const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int q0 = query_start_loc[b], n = query_start_loc[b + 1] - q0, L = seq_lens[b];
@@ -79,7 +74,7 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
             if (j < kv_end) {
                 const int64_t off = (((int64_t)table[j / bs] * bs + j % bs) * nkv + kvh) * D + c;
                 kw = load8_bf16(k_cache + off);
-                vw = load8_f16(v_cache + off);
+                vw = load8_bf16(v_cache + off);
             }
             *reinterpret_cast<uint4*>(&ks[row][c]) = kw;
             *reinterpret_cast<uint4*>(&vs[row][c]) = vw;
@@ -132,14 +127,14 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
         // O += P V: two adjacent S tiles form one A fragment (the accumulator layout matches).
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) {
-            const uint32_t a[4] = {pack_f16x2(s[2 * kk][0], s[2 * kk][1]), pack_f16x2(s[2 * kk][2], s[2 * kk][3]),
-                                   pack_f16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                   pack_f16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            const uint32_t a[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                                   pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                   pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
             for (int dt = 0; dt < D / 8; ++dt) {
                 uint32_t b0, b1;
                 ldmatrix_x2_trans(b0, b1, &vs[kk * 16 + (lane % 16)][dt * 8]);
-                mma_f16(o[dt], a, b0, b1);
+                mma_bf16(o[dt], a, b0, b1);
             }
         }
     }

@@ -2,7 +2,6 @@
 // warp/block reductions and the counter-based hash used by the sampler.
 #pragma once
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <stdint.h>
 
 typedef __nv_bfloat16 bf16;
@@ -49,17 +48,6 @@ __device__ __forceinline__ void store8(float* p, const float* f) {
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&h);
-}
-// The same for fp16, whose 3 extra mantissa bits the attention kernels spend on
-// the probabilities of P V (values in [0, 1], where bf16 rounding costs most).
-__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-}
-template <typename T> __device__ __forceinline__ uint4 load8_f16(const T* p) {
-    float f[8];
-    load8(p, f);
-    return make_uint4(pack_f16x2(f[0], f[1]), pack_f16x2(f[2], f[3]), pack_f16x2(f[4], f[5]), pack_f16x2(f[6], f[7]));
 }
 __device__ __forceinline__ uint32_t load_bf16x2(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 __device__ __forceinline__ uint32_t load_bf16x2(const float* p) { return pack_bf16x2(p[0], p[1]); }
