@@ -11,7 +11,7 @@ import importlib
 import logging
 import sys
 
-COMMANDS = ["jobs.generate"]
+COMMANDS = ["jobs.generate", "jobs.store_cli"]
 
 
 class UsageError(Exception):
