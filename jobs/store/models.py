@@ -157,6 +157,6 @@ class Annotation(AppendOnly, Base):
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
-APPEND_ONLY_TABLES = tuple(
+APPEND_ONLY_TABLES = tuple(sorted(
     mapper.local_table.name for mapper in Base.registry.mappers if issubclass(mapper.class_, AppendOnly)
-)
+))

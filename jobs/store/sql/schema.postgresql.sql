@@ -135,18 +135,6 @@ BEGIN
   RAISE EXCEPTION 'roadgate: % on % refused: history is append-only', TG_OP, TG_TABLE_NAME;
 END $$ LANGUAGE plpgsql;
 
-CREATE TRIGGER metrics_append_only BEFORE UPDATE OR DELETE ON metrics FOR EACH ROW EXECUTE FUNCTION roadgate_refuse_change();
-
-CREATE TRIGGER metrics_no_truncate BEFORE TRUNCATE ON metrics FOR EACH STATEMENT EXECUTE FUNCTION roadgate_refuse_change();
-
-CREATE TRIGGER runs_append_only BEFORE UPDATE OR DELETE ON runs FOR EACH ROW EXECUTE FUNCTION roadgate_refuse_change();
-
-CREATE TRIGGER runs_no_truncate BEFORE TRUNCATE ON runs FOR EACH STATEMENT EXECUTE FUNCTION roadgate_refuse_change();
-
-CREATE TRIGGER gate_evaluations_append_only BEFORE UPDATE OR DELETE ON gate_evaluations FOR EACH ROW EXECUTE FUNCTION roadgate_refuse_change();
-
-CREATE TRIGGER gate_evaluations_no_truncate BEFORE TRUNCATE ON gate_evaluations FOR EACH STATEMENT EXECUTE FUNCTION roadgate_refuse_change();
-
 CREATE TRIGGER annotations_append_only BEFORE UPDATE OR DELETE ON annotations FOR EACH ROW EXECUTE FUNCTION roadgate_refuse_change();
 
 CREATE TRIGGER annotations_no_truncate BEFORE TRUNCATE ON annotations FOR EACH STATEMENT EXECUTE FUNCTION roadgate_refuse_change();
@@ -154,3 +142,15 @@ CREATE TRIGGER annotations_no_truncate BEFORE TRUNCATE ON annotations FOR EACH S
 CREATE TRIGGER change_points_append_only BEFORE UPDATE OR DELETE ON change_points FOR EACH ROW EXECUTE FUNCTION roadgate_refuse_change();
 
 CREATE TRIGGER change_points_no_truncate BEFORE TRUNCATE ON change_points FOR EACH STATEMENT EXECUTE FUNCTION roadgate_refuse_change();
+
+CREATE TRIGGER gate_evaluations_append_only BEFORE UPDATE OR DELETE ON gate_evaluations FOR EACH ROW EXECUTE FUNCTION roadgate_refuse_change();
+
+CREATE TRIGGER gate_evaluations_no_truncate BEFORE TRUNCATE ON gate_evaluations FOR EACH STATEMENT EXECUTE FUNCTION roadgate_refuse_change();
+
+CREATE TRIGGER metrics_append_only BEFORE UPDATE OR DELETE ON metrics FOR EACH ROW EXECUTE FUNCTION roadgate_refuse_change();
+
+CREATE TRIGGER metrics_no_truncate BEFORE TRUNCATE ON metrics FOR EACH STATEMENT EXECUTE FUNCTION roadgate_refuse_change();
+
+CREATE TRIGGER runs_append_only BEFORE UPDATE OR DELETE ON runs FOR EACH ROW EXECUTE FUNCTION roadgate_refuse_change();
+
+CREATE TRIGGER runs_no_truncate BEFORE TRUNCATE ON runs FOR EACH STATEMENT EXECUTE FUNCTION roadgate_refuse_change();

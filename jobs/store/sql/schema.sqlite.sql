@@ -130,18 +130,6 @@ CREATE TABLE gate_evaluations (
 
 CREATE INDEX ix_gate_evaluations_row ON gate_evaluations (roadmap_row_id, id);
 
-CREATE TRIGGER metrics_no_update BEFORE UPDATE ON metrics BEGIN SELECT RAISE(ABORT, 'roadgate: UPDATE on metrics refused: history is append-only'); END;
-
-CREATE TRIGGER metrics_no_delete BEFORE DELETE ON metrics BEGIN SELECT RAISE(ABORT, 'roadgate: DELETE on metrics refused: history is append-only'); END;
-
-CREATE TRIGGER runs_no_update BEFORE UPDATE ON runs BEGIN SELECT RAISE(ABORT, 'roadgate: UPDATE on runs refused: history is append-only'); END;
-
-CREATE TRIGGER runs_no_delete BEFORE DELETE ON runs BEGIN SELECT RAISE(ABORT, 'roadgate: DELETE on runs refused: history is append-only'); END;
-
-CREATE TRIGGER gate_evaluations_no_update BEFORE UPDATE ON gate_evaluations BEGIN SELECT RAISE(ABORT, 'roadgate: UPDATE on gate_evaluations refused: history is append-only'); END;
-
-CREATE TRIGGER gate_evaluations_no_delete BEFORE DELETE ON gate_evaluations BEGIN SELECT RAISE(ABORT, 'roadgate: DELETE on gate_evaluations refused: history is append-only'); END;
-
 CREATE TRIGGER annotations_no_update BEFORE UPDATE ON annotations BEGIN SELECT RAISE(ABORT, 'roadgate: UPDATE on annotations refused: history is append-only'); END;
 
 CREATE TRIGGER annotations_no_delete BEFORE DELETE ON annotations BEGIN SELECT RAISE(ABORT, 'roadgate: DELETE on annotations refused: history is append-only'); END;
@@ -149,3 +137,15 @@ CREATE TRIGGER annotations_no_delete BEFORE DELETE ON annotations BEGIN SELECT R
 CREATE TRIGGER change_points_no_update BEFORE UPDATE ON change_points BEGIN SELECT RAISE(ABORT, 'roadgate: UPDATE on change_points refused: history is append-only'); END;
 
 CREATE TRIGGER change_points_no_delete BEFORE DELETE ON change_points BEGIN SELECT RAISE(ABORT, 'roadgate: DELETE on change_points refused: history is append-only'); END;
+
+CREATE TRIGGER gate_evaluations_no_update BEFORE UPDATE ON gate_evaluations BEGIN SELECT RAISE(ABORT, 'roadgate: UPDATE on gate_evaluations refused: history is append-only'); END;
+
+CREATE TRIGGER gate_evaluations_no_delete BEFORE DELETE ON gate_evaluations BEGIN SELECT RAISE(ABORT, 'roadgate: DELETE on gate_evaluations refused: history is append-only'); END;
+
+CREATE TRIGGER metrics_no_update BEFORE UPDATE ON metrics BEGIN SELECT RAISE(ABORT, 'roadgate: UPDATE on metrics refused: history is append-only'); END;
+
+CREATE TRIGGER metrics_no_delete BEFORE DELETE ON metrics BEGIN SELECT RAISE(ABORT, 'roadgate: DELETE on metrics refused: history is append-only'); END;
+
+CREATE TRIGGER runs_no_update BEFORE UPDATE ON runs BEGIN SELECT RAISE(ABORT, 'roadgate: UPDATE on runs refused: history is append-only'); END;
+
+CREATE TRIGGER runs_no_delete BEFORE DELETE ON runs BEGIN SELECT RAISE(ABORT, 'roadgate: DELETE on runs refused: history is append-only'); END;
