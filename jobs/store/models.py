@@ -83,7 +83,6 @@ class Metric(AppendOnly, Base):
 
     __table_args__ = (
         Index("ix_metrics_run_engine_metric", "run_id", "engine", "metric"),
-        Index("ix_metrics_engine_metric", "engine", "metric"),
         Index("ix_metrics_supersedes_id", "supersedes_id"),
     )
 

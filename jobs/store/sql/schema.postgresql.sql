@@ -104,8 +104,6 @@ CREATE TABLE metrics (
 	FOREIGN KEY(supersedes_id) REFERENCES metrics (id)
 );
 
-CREATE INDEX ix_metrics_engine_metric ON metrics (engine, metric);
-
 CREATE INDEX ix_metrics_run_engine_metric ON metrics (run_id, engine, metric);
 
 CREATE INDEX ix_metrics_supersedes_id ON metrics (supersedes_id);

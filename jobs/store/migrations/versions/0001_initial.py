@@ -117,7 +117,6 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['supersedes_id'], ['metrics.id'], ),
     sa.PrimaryKeyConstraint('id')
     )
-    op.create_index('ix_metrics_engine_metric', 'metrics', ['engine', 'metric'], unique=False)
     op.create_index('ix_metrics_run_engine_metric', 'metrics', ['run_id', 'engine', 'metric'], unique=False)
     op.create_index('ix_metrics_supersedes_id', 'metrics', ['supersedes_id'], unique=False)
     op.create_table('gate_evaluations',
@@ -149,7 +148,6 @@ def downgrade() -> None:
     op.drop_table('gate_evaluations')
     op.drop_index('ix_metrics_supersedes_id', table_name='metrics')
     op.drop_index('ix_metrics_run_engine_metric', table_name='metrics')
-    op.drop_index('ix_metrics_engine_metric', table_name='metrics')
     op.drop_table('metrics')
     op.drop_table('change_points')
     op.drop_table('annotations')
