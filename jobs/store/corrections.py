@@ -7,7 +7,7 @@ import pyarrow as pa
 from sqlalchemy import select
 
 from jobs.store.db import Store
-from jobs.store.ingest import IngestError, MetricRecord, RunRecord, metric_row, record_run
+from jobs.store.ingest import IngestError, MetricRecord, RunRecord, metric_values, record_run
 from jobs.store.models import Annotation, Metric, Run
 
 
@@ -33,7 +33,7 @@ def supersede_metric(store: Store, old_metric_id: int, corrected: MetricRecord, 
     with store.session() as session, session.begin():
         _refuse_if_superseded(session, Metric, old_metric_id)
         old = session.get(Metric, old_metric_id)
-        new = metric_row(corrected, old.run_id, supersedes_id=old_metric_id, supersede_reason=reason)
+        new = Metric(**metric_values(corrected, old.run_id), supersedes_id=old_metric_id, supersede_reason=reason)
         session.add(new)
         session.flush()
         return new.id
