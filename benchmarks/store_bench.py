@@ -5,7 +5,7 @@
 2. evaluate: 50 roadmap rows over 5 years of nightly history (target: <= 2 s).
    The history is loaded with bulk inserts (not timed); only evaluate_gates is.
 
-Run: python benchmarks/store_bench.py [--pg-server postgresql://postgres@127.0.0.1:5432]
+Run from the repo root: python -m benchmarks.store_bench [--runs N --rows-per-run M] [--pg-server URL]
 """
 from __future__ import annotations
 
