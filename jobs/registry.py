@@ -1,0 +1,39 @@
+"""Names every job agrees on: the metrics a run can report and the workloads it can run.
+
+The bench job writes these names, the roadmap file refers to them, and the gates
+refuse anything not listed here, so a typo fails loudly instead of never matching.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobs.workloads import load_workloads
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    unit: str
+    better: str  # "higher" or "lower": which way is an improvement
+
+
+METRICS: dict[str, MetricSpec] = {
+    "output_tok_s": MetricSpec("tok/s", "higher"),
+    "total_tok_s": MetricSpec("tok/s", "higher"),
+    "requests_s": MetricSpec("req/s", "higher"),
+    "ttft_p50_s": MetricSpec("s", "lower"),
+    "ttft_p99_s": MetricSpec("s", "lower"),
+    "tpot_p50_s": MetricSpec("s", "lower"),
+    "tpot_p99_s": MetricSpec("s", "lower"),
+    "itl_p50_s": MetricSpec("s", "lower"),
+    "itl_p99_s": MetricSpec("s", "lower"),
+    "e2e_p50_s": MetricSpec("s", "lower"),
+    "e2e_p99_s": MetricSpec("s", "lower"),
+    "peak_gpu_mem_bytes": MetricSpec("bytes", "lower"),
+    "syncs_per_step": MetricSpec("count", "lower"),
+    "wall_s": MetricSpec("s", "lower"),
+    # Fraction of requests whose output matches the reference engine's.
+    "agreement": MetricSpec("fraction", "higher"),
+}
+
+# The workloads are defined in jobs/data/workloads.yaml; this is their names.
+WORKLOADS: frozenset[str] = frozenset(load_workloads())

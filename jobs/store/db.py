@@ -1,0 +1,70 @@
+"""Where the store lives, and opening it: SQL by URL, Parquet under a root.
+
+Defaults put both under the data directory (ROADGATE_DATA_DIR, else ./data):
+a SQLite file and a local Parquet dataset. ROADGATE_DB_URL selects another
+database (PostgreSQL in production), ROADGATE_PARQUET_ROOT another dataset root
+(a local path or an object-store URI such as s3://bucket/prefix).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session
+
+import jobs.store.append_only  # noqa: F401  (installs the append-only guard on every Session)
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("ROADGATE_DATA_DIR") or "data")
+
+
+def database_url() -> str:
+    return os.environ.get("ROADGATE_DB_URL") or f"sqlite:///{data_dir() / 'roadgate.db'}"
+
+
+def parquet_root() -> str:
+    return os.environ.get("ROADGATE_PARQUET_ROOT") or str(data_dir() / "requests")
+
+
+def normalize_url(url: str) -> str:
+    """Plain postgresql:// URLs mean psycopg 3, the driver we ship (not psycopg2)."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def make_engine(url: str) -> Engine:
+    url = normalize_url(url)
+    if not url.startswith("sqlite"):
+        return create_engine(url, pool_pre_ping=True)
+    path = url.split("///", 1)[-1]
+    if path and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": 60})
+
+    @event.listens_for(engine, "connect")
+    def _sqlite_pragmas(dbapi_connection, _record):
+        # WAL lets readers run beside one writer; foreign keys are off by default in SQLite.
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    return engine
+
+
+@dataclass
+class Store:
+    engine: Engine
+    parquet_root: str
+
+    def session(self) -> Session:
+        return Session(self.engine, expire_on_commit=False)
+
+
+def open_store(url: str | None = None, parquet_root_uri: str | None = None) -> Store:
+    return Store(make_engine(url or database_url()), parquet_root_uri or parquet_root())

@@ -1,0 +1,127 @@
+"""The ingest API the bench job calls: one run, its summary metrics, its request rows.
+
+Parquet is written first, then the run and its metrics in one SQL transaction:
+a crash leaves at worst an unreferenced Parquet file, never SQL rows pointing
+at missing data. Run ids are UUIDs chosen by the caller (or here), so a retried
+ingest of the same run is recognised and records nothing twice.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import pyarrow as pa
+from sqlalchemy import insert
+from sqlalchemy.exc import IntegrityError
+
+from jobs.registry import METRICS, WORKLOADS
+from jobs.store.db import Store
+from jobs.store.models import Metric, Run, utcnow
+from jobs.store.parquet import write_requests
+
+PREFLIGHT_STATUSES = ("quiet", "noisy", "skipped")
+
+
+class IngestError(ValueError):
+    """The run cannot be recorded as given; nothing was written."""
+
+
+@dataclass
+class RunRecord:
+    kind: str  # bench | generate | ...
+    workload: str
+    hardware_class: str  # e.g. H200, cpu: what roadmap rows name
+    started_at: datetime  # naive UTC
+    finished_at: datetime | None = None
+    status: str = "ok"
+    config: dict = field(default_factory=dict)  # engine config; part of the fingerprint
+    preflight_status: str = "quiet"
+    preflight: dict = field(default_factory=dict)
+    git_sha: str | None = None
+    git_dirty: bool | None = None
+    host: str | None = None
+    gpu_name: str | None = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    airflow_dag_id: str | None = None
+    airflow_run_id: str | None = None
+    id: str | None = None  # set it to make a retried ingest idempotent
+    supersedes_id: str | None = None
+    supersede_reason: str | None = None
+
+
+@dataclass
+class MetricRecord:
+    engine: str
+    metric: str
+    value: float
+    count: int | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    mean: float | None = None
+    std: float | None = None
+
+
+def fingerprint(workload: str, hardware_class: str, gpu_name: str | None, config: dict) -> str:
+    """Stable hash of what makes results comparable: workload, hardware, engine config."""
+    key = {"workload": workload, "hardware": {"class": hardware_class, "gpu": gpu_name}, "config": config}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def _validate(run: RunRecord, metrics: list[MetricRecord]) -> None:
+    if run.workload not in WORKLOADS:
+        raise IngestError(f"unknown workload {run.workload!r} (known: {', '.join(sorted(WORKLOADS))})")
+    if run.preflight_status not in PREFLIGHT_STATUSES:
+        raise IngestError(f"preflight_status must be one of {PREFLIGHT_STATUSES}, got {run.preflight_status!r}")
+    if bool(run.supersedes_id) != bool(run.supersede_reason):
+        raise IngestError("a correction needs both supersedes_id and supersede_reason")
+    for m in metrics:
+        if m.metric not in METRICS:
+            raise IngestError(f"unknown metric {m.metric!r} for engine {m.engine!r}")
+
+
+def _run_row(run: RunRecord, run_id: str, parquet_uri: str | None) -> Run:
+    return Run(
+        id=run_id, kind=run.kind, status=run.status, workload=run.workload, hardware_class=run.hardware_class,
+        started_at=run.started_at, finished_at=run.finished_at, git_sha=run.git_sha, git_dirty=run.git_dirty,
+        host=run.host, gpu_name=run.gpu_name, driver_version=run.driver_version, cuda_version=run.cuda_version,
+        config=run.config, preflight_status=run.preflight_status, preflight=run.preflight,
+        fingerprint=fingerprint(run.workload, run.hardware_class, run.gpu_name, run.config),
+        parquet_uri=parquet_uri, airflow_dag_id=run.airflow_dag_id, airflow_run_id=run.airflow_run_id,
+        supersedes_id=run.supersedes_id, supersede_reason=run.supersede_reason,
+    )
+
+
+def metric_values(m: MetricRecord, run_id: str) -> dict:
+    spec = METRICS[m.metric]
+    return dict(
+        run_id=run_id, engine=m.engine, metric=m.metric, unit=spec.unit, better=spec.better, value=m.value,
+        count=m.count, p50=m.p50, p90=m.p90, p99=m.p99, mean=m.mean, std=m.std, recorded_at=utcnow(),
+    )
+
+
+def record_run(store: Store, run: RunRecord, metrics: list[MetricRecord], requests: pa.Table | None = None) -> str:
+    """Records a run; returns its id. Recording the same run id again changes nothing."""
+    _validate(run, metrics)
+    run_id = run.id or str(uuid.uuid4())
+    with store.session() as session:
+        if session.get(Run, run_id) is not None:
+            return run_id
+    parquet_uri = None
+    if requests is not None:
+        parquet_uri = write_requests(store.parquet_root, run_id, run.started_at.date(), requests)
+    try:
+        with store.session() as session, session.begin():
+            session.add(_run_row(run, run_id, parquet_uri))
+            session.flush()  # the run first: metrics reference it
+            if metrics:  # one executemany: the ORM would fetch each new id back, several times slower
+                session.execute(insert(Metric), [metric_values(m, run_id) for m in metrics])
+    except IntegrityError:
+        with store.session() as session:
+            if session.get(Run, run_id) is None:
+                raise
+    return run_id

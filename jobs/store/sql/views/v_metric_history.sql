@@ -1,0 +1,31 @@
+-- Every current metric with its run: rows superseded by a correction (of the
+-- metric or of its whole run) are hidden here and kept in the tables.
+SELECT
+    m.id AS metric_id,
+    m.run_id,
+    r.kind,
+    r.status AS run_status,
+    r.workload,
+    r.hardware_class,
+    r.fingerprint,
+    r.started_at,
+    r.finished_at,
+    r.git_sha,
+    r.git_dirty,
+    r.preflight_status,
+    r.parquet_uri,
+    m.engine,
+    m.metric,
+    m.unit,
+    m.better,
+    m.value,
+    m.count,
+    m.p50,
+    m.p90,
+    m.p99,
+    m.mean,
+    m.std
+FROM metrics m
+JOIN runs r ON r.id = m.run_id
+WHERE NOT EXISTS (SELECT 1 FROM metrics s WHERE s.supersedes_id = m.id)
+  AND NOT EXISTS (SELECT 1 FROM runs s WHERE s.supersedes_id = r.id)

@@ -1,0 +1,107 @@
+"""`roadgate db ...` and `roadgate gates ...`: the results store and the roadmap gates."""
+from __future__ import annotations
+
+import argparse
+
+from sqlalchemy import text
+
+from jobs.cli import UsageError
+from jobs.gates.evaluate import evaluate_gates
+from jobs.gates.regressions import detect_regressions
+from jobs.gates.roadmap import RoadmapError, load_roadmap, sync_roadmap
+from jobs.store.db import Store, open_store
+from jobs.store.migrate import upgrade
+from jobs.store.views import dashboard_names, dashboard_sql
+
+STATUS_COLUMNS = ["roadmap_row_id", "status", "value", "target", "reason", "evaluated_at"]
+CHANGE_COLUMNS = ["after_started_at", "workload", "hardware_class", "engine", "metric", "change_percent",
+                  "is_regression", "last_run_before_id", "first_run_after_id"]
+
+
+def format_table(rows, columns: list[str]) -> str:
+    cells = [columns] + [["" if r[c] is None else f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c])
+                          for c in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells)
+
+
+def _print_query(store: Store, sql: str, columns: list[str] | None = None, params: dict | None = None) -> None:
+    with store.engine.connect() as conn:
+        result = conn.execute(text(sql), params or {})
+        rows = [dict(r._mapping) for r in result]
+        print(format_table(rows, columns or list(result.keys())))
+
+
+def _sync(store: Store, path: str | None) -> int:
+    try:
+        rows = load_roadmap(path)
+    except RoadmapError as e:
+        raise UsageError(str(e)) from None
+    sync_roadmap(store, rows)
+    return len(rows)
+
+
+def cmd_db_upgrade(args) -> int:
+    upgrade(open_store(args.db_url).engine)
+    print("database at head; views recreated")
+
+
+def cmd_db_query(args) -> int:
+    if args.name not in dashboard_names():
+        raise UsageError(f"unknown query {args.name!r} (known: {', '.join(dashboard_names())})")
+    params = {}
+    for item in args.param:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--param wants KEY=VALUE, got {item!r}")
+        params[key] = value
+    _print_query(open_store(args.db_url), dashboard_sql(args.name), params=params)
+
+
+def cmd_gates_sync(args) -> int:
+    print(f"{_sync(open_store(args.db_url), args.roadmap)} roadmap rows synced")
+
+
+def cmd_gates_evaluate(args) -> int:
+    store = open_store(args.db_url)
+    _sync(store, args.roadmap)
+    evaluations = evaluate_gates(store)
+    print(f"{len(evaluations)} rows evaluated")
+    _print_query(store, "SELECT * FROM v_roadmap_status ORDER BY roadmap_row_id", STATUS_COLUMNS)
+
+
+def cmd_gates_status(args) -> int:
+    _print_query(open_store(args.db_url), "SELECT * FROM v_roadmap_status ORDER BY roadmap_row_id", STATUS_COLUMNS)
+
+
+def cmd_gates_regressions(args) -> int:
+    store = open_store(args.db_url)
+    if not args.no_detect:
+        print(f"{detect_regressions(store)} new change points")
+    where = "" if args.all else "WHERE is_regression "
+    _print_query(store, f"SELECT * FROM v_change_points {where}ORDER BY after_started_at, change_point_id", CHANGE_COLUMNS)
+
+
+def register(subparsers) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db-url", help="SQLAlchemy URL (default: $ROADGATE_DB_URL, else a SQLite file in the data dir)")
+    roadmap = argparse.ArgumentParser(add_help=False)
+    roadmap.add_argument("--roadmap", help="roadmap YAML file (default: the one shipped in jobs/data)")
+
+    db = subparsers.add_parser("db", help="results database").add_subparsers(dest="db_command", required=True)
+    db.add_parser("upgrade", parents=[common], help="migrate to the newest schema").set_defaults(func=cmd_db_upgrade)
+    query = db.add_parser("query", parents=[common], help="run a named dashboard query from sql/dashboards")
+    query.add_argument("name")
+    query.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
+    query.set_defaults(func=cmd_db_query)
+
+    gates = subparsers.add_parser("gates", help="roadmap gates").add_subparsers(dest="gates_command", required=True)
+    gates.add_parser("sync", parents=[common, roadmap], help="load the roadmap file into the database").set_defaults(
+        func=cmd_gates_sync)
+    gates.add_parser("evaluate", parents=[common, roadmap], help="sync, then append one evaluation per row").set_defaults(
+        func=cmd_gates_evaluate)
+    gates.add_parser("status", parents=[common], help="print v_roadmap_status").set_defaults(func=cmd_gates_status)
+    regressions = gates.add_parser("regressions", parents=[common], help="detect and list change points")
+    regressions.add_argument("--no-detect", action="store_true", help="only list what was found before")
+    regressions.add_argument("--all", action="store_true", help="improvements too, not only regressions")
+    regressions.set_defaults(func=cmd_gates_regressions)

@@ -1,0 +1,40 @@
+"""The roadgate db / gates commands, end to end on a real database."""
+import pytest
+
+from jobs import cli
+from jobs.store import open_store, record_run
+from tests.store_support import metrics, nightly
+
+
+@pytest.fixture
+def roadgate(monkeypatch, db_url, tmp_path):
+    monkeypatch.setattr(cli, "COMMANDS", ["jobs.store_cli"])  # only the commands under test
+    monkeypatch.setenv("ROADGATE_DB_URL", db_url)
+    monkeypatch.setenv("ROADGATE_DATA_DIR", str(tmp_path))
+    return cli.main
+
+
+def test_upgrade_evaluate_status_regressions(roadgate, db_url, capsys):
+    assert roadgate(["db", "upgrade"]) == 0
+    store = open_store(db_url)
+    for day in range(40):
+        record_run(store, nightly(day, workload="fixed-256x128x128"), metrics(syncs_per_step=1.0))
+    assert roadgate(["gates", "evaluate"]) == 0
+    assert roadgate(["gates", "status"]) == 0
+    out = capsys.readouterr().out
+    assert "4 rows evaluated" in out
+    lines = {line.split()[0]: line.split()[1] for line in out.splitlines()[-4:]}
+    assert lines["ROAD-ENGINE-NANOBENCH-H200"] == "NO_DATA" and lines["ROAD-ENGINE-SYNCS-PER-STEP-H200"] == "STALE"
+    assert roadgate(["gates", "regressions"]) == 0
+    assert "0 new change points" in capsys.readouterr().out
+    assert roadgate(["db", "query", "roadmap_status"]) == 0
+    assert capsys.readouterr().out.count("\n") == 5  # header + 4 rows
+    assert roadgate(["db", "query", "metric_trend", "--param", "workload=fixed-256x128x128", "--param", "hardware_class=H200",
+                     "--param", "engine=roadgate", "--param", "metric=syncs_per_step"]) == 0
+    assert capsys.readouterr().out.count("\n") == 41  # header + 40 runs
+
+
+def test_bad_input_is_one_line_and_exit_2(roadgate, capsys):
+    assert roadgate(["db", "query", "no_such_query"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "roadgate db: error: unknown query 'no_such_query' (known: metric_trend, recent_regressions, roadmap_status)")

@@ -1,0 +1,64 @@
+"""Fixtures shared by tests/store and tests/gates: a real, empty, migrated database per test.
+
+PostgreSQL: one throwaway database per test session on 127.0.0.1:5432 (trust
+auth), a fresh schema per test, all dropped at the end. SQLite: a file per test.
+"""
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+
+import psycopg
+import pytest
+
+from jobs.store import MetricRecord, RunRecord, open_store, upgrade
+
+PG_SERVER = "postgresql://postgres@127.0.0.1:5432"
+EPOCH = datetime(2025, 1, 1, 2, 0)
+
+
+@pytest.fixture(scope="session")
+def pg_database():
+    name = f"roadgate_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield f"{PG_SERVER}/{name}"
+    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def pg_url(pg_database):
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    return f"{pg_database}?options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'roadgate.db'}"
+    return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def store(db_url, tmp_path):
+    s = open_store(db_url, str(tmp_path / "requests"))
+    upgrade(s.engine)
+    yield s
+    s.engine.dispose()
+
+
+def nightly(day: int, **overrides) -> RunRecord:
+    """A valid nightly bench run `day` days after EPOCH; any field can be overridden."""
+    started = EPOCH + timedelta(days=day)
+    fields = dict(kind="bench", workload="nano-bench", hardware_class="H200", gpu_name="NVIDIA H200",
+                  started_at=started, finished_at=started + timedelta(minutes=5), config={"backend": "cuda"},
+                  git_sha=f"{day:040x}", git_dirty=False, host="gpu-1")
+    fields.update(overrides)
+    return RunRecord(**fields)
+
+
+def metrics(engine: str = "roadgate", **values) -> list[MetricRecord]:
+    return [MetricRecord(engine, name, value, count=256) for name, value in values.items()]
