@@ -2,9 +2,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import socket
+import subprocess
 import sys
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
 
 from jobs.engines import ENGINES, EngineRun, engine_module
 from jobs.metrics import agreement, request_row, summarize
@@ -48,6 +55,51 @@ def add_agreement(results: list[BenchResult], reference: BenchResult) -> None:
                                     "first_divergence_p50": a["first_divergence_p50"]}
 
 
+def record(results: list[BenchResult], started_at: datetime, finished_at: datetime, model: str,
+           store=None) -> str:
+    """Land one bench invocation in the results store: a run (all engines, one
+    fingerprint), a metric row per engine and metric, and the per-request rows."""
+    from jobs.store import MetricRecord, RunRecord, open_store, record_run, upgrade
+    store = store or open_store()
+    upgrade(store.engine)
+    host = host_facts()
+    run = RunRecord(kind="bench", workload=results[0].workload.name, hardware_class=host["hardware_class"],
+                    started_at=started_at, finished_at=finished_at, preflight_status="skipped",
+                    config={"model": model, "workload_version": results[0].workload.version,
+                            "engines": {r.run.engine: r.run.config for r in results}},
+                    git_sha=host["git_sha"], git_dirty=host["git_dirty"], host=host["host"],
+                    gpu_name=host["gpu_name"], driver_version=host["driver_version"],
+                    cuda_version=host["cuda_version"])
+    metrics = [MetricRecord(r.run.engine, name, m["value"], m.get("count"), m.get("p50"), m.get("p90"),
+                            m.get("p99"), m.get("mean"), m.get("std"))
+               for r in results for name, m in r.metrics.items()]
+    rows = [{"engine": r.run.engine, **row} for r in results for row in r.rows]
+    return record_run(store, run, metrics, pa.Table.from_pylist(rows))
+
+
+def host_facts() -> dict:
+    """What the run ran on: host, GPU, driver, CUDA, and the code's git state."""
+    import torch
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    driver = None
+    if gpu:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                    capture_output=True, text=True, timeout=10).stdout.strip() or None
+    sha = dirty = None
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        repo = Path(__file__).resolve().parent.parent
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True)
+        if out.returncode == 0:
+            sha = out.stdout.strip()
+            dirty = bool(subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                                        capture_output=True, text=True).stdout.strip())
+    return {"host": socket.gethostname(), "gpu_name": gpu, "driver_version": driver,
+            "cuda_version": torch.version.cuda if gpu else None,
+            # Roadmap rows name hardware classes like "H200"; CPU hosts are "cpu".
+            "hardware_class": gpu.split()[-1] if gpu else "cpu", "git_sha": sha, "git_dirty": dirty}
+
+
 def format_table(results: list[BenchResult]) -> str:
     head = f"{'workload':<20}{'engine':<16}{'out tok/s':>11}{'TTFT p50 ms':>13}{'TPOT p50 ms':>13}" \
            f"{'E2E p50 s':>11}{'agree':>7}{'wall s':>8}"
@@ -56,12 +108,17 @@ def format_table(results: list[BenchResult]) -> str:
         m = r.metrics
         name = r.run.engine + "/" + (r.run.config.get("backend") or r.run.config.get("device", ""))
         agree = m.get("agreement", {}).get("value")
+        nan = {"value": float("nan")}
         lines.append(f"{r.workload.name:<20}{name:<16}{m['output_tok_s']['value']:>11.1f}"
-                     f"{1e3 * m['ttft_s'].get('p50', float('nan')):>13.2f}"
-                     f"{1e3 * m['tpot_s'].get('p50', float('nan')):>13.3f}"
-                     f"{m['e2e_s'].get('p50', float('nan')):>11.2f}"
+                     f"{1e3 * m.get('ttft_p50_s', nan)['value']:>13.2f}"
+                     f"{1e3 * m.get('tpot_p50_s', nan)['value']:>13.3f}"
+                     f"{m.get('e2e_p50_s', nan)['value']:>11.2f}"
                      f"{'' if agree is None else format(agree, '.2f'):>7}{m['wall_s']['value']:>8.2f}")
     return "\n".join(lines)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)   # the store keeps naive UTC
 
 
 # ---------------------------------------------------------------- CLI
@@ -75,6 +132,7 @@ def register(sub) -> None:
     p.add_argument("--backend", default="auto", choices=["auto", "cuda", "torch"], help="our engine's backend")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="the peers' device")
     p.add_argument("--json", help="also write the summary metrics to this JSON file")
+    p.add_argument("--no-store", action="store_true", help="print only; record nothing in the results store")
     p.set_defaults(func=run_cli)
 
 
@@ -84,10 +142,13 @@ def run_cli(args: argparse.Namespace) -> int:
         workload = get_workload(args.workload)
     except WorkloadError as e:
         raise UsageError(str(e)) from None
+    started = _utcnow()
     results = [run_engine(workload, e, args.model, args.backend, args.device) for e in args.engine]
     if len(results) > 1:
         add_agreement(results, results[-1])
     print(format_table(results))
+    if not args.no_store:
+        print(f"recorded run {record(results, started, _utcnow(), args.model)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump([{"workload": workload.name, "engine": r.run.engine, "config": r.run.config,

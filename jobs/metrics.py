@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-LATENCIES = ("ttft_s", "tpot_s", "itl_s", "e2e_s")
+LATENCIES = ("ttft", "tpot", "itl", "e2e")
 
 
 @dataclass
@@ -48,11 +48,11 @@ def distribution(values: list[float]) -> dict:
 
     return {"count": len(values), "mean": statistics.fmean(values),
             "std": statistics.pstdev(values) if len(values) > 1 else 0.0,
-            "p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99), "value": pct(0.5)}
+            "p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99)}
 
 
 def summarize(rows: list[dict], wall_s: float) -> dict[str, dict]:
-    """Run-level metrics: name -> {value, count, mean, p50, ...}."""
+    """Run-level metrics under the registry's names: name -> {value, count, mean, p50, ...}."""
     out_tokens = sum(r["output_tokens"] for r in rows)
     in_tokens = sum(r["prompt_tokens"] for r in rows)
     metrics = {
@@ -62,11 +62,14 @@ def summarize(rows: list[dict], wall_s: float) -> dict[str, dict]:
         "wall_s": {"value": wall_s, "count": 1},
     }
     for name in LATENCIES:
-        if name == "itl_s":
+        if name == "itl":
             values = [gap for r in rows for gap in r["itl_s"]]
         else:
-            values = [r[name] for r in rows if r[name] is not None]
-        metrics[name] = distribution(values)
+            values = [r[f"{name}_s"] for r in rows if r[f"{name}_s"] is not None]
+        stats = distribution(values)
+        if stats["count"]:
+            metrics[f"{name}_p50_s"] = {**stats, "value": stats["p50"]}
+            metrics[f"{name}_p99_s"] = {**stats, "value": stats["p99"]}
     return metrics
 
 

@@ -30,6 +30,8 @@ METRICS: dict[str, MetricSpec] = {
     "e2e_p99_s": MetricSpec("s", "lower"),
     "peak_gpu_mem_bytes": MetricSpec("bytes", "lower"),
     "syncs_per_step": MetricSpec("count", "lower"),
+    "steps": MetricSpec("count", "lower"),
+    "preemptions": MetricSpec("count", "lower"),
     "wall_s": MetricSpec("s", "lower"),
     # Fraction of requests whose output matches the reference engine's.
     "agreement": MetricSpec("fraction", "higher"),
