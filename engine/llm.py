@@ -21,7 +21,7 @@ from engine.sequence import Sequence
 Prompt = Union[str, list[int], list[dict]]
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
-DEFAULT_CPU_KV_TOKENS = 65536
+DEFAULT_CPU_KV_TOKENS = 16384
 
 
 class PromptError(ValueError):
@@ -60,7 +60,9 @@ class LLM:
                                          max_num_seqs, max_num_batched_tokens)
         self.max_model_len = min(max_pos, num_blocks * block_size)
         c = self.config
-        self.kv_cache = torch.empty((c.num_layers, 2, num_blocks, block_size, c.num_kv_heads, c.head_dim),
+        # Zeroed, so that a slot no sequence has written yet can never hold a NaN
+        # (attention gives unused slots zero weight, and 0 * NaN would be NaN).
+        self.kv_cache = torch.zeros((c.num_layers, 2, num_blocks, block_size, c.num_kv_heads, c.head_dim),
                                     device=self.device, dtype=self.dtype)
         self.block_manager = BlockManager(num_blocks, block_size, enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, max_num_seqs, max_num_batched_tokens)

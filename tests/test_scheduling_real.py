@@ -103,11 +103,12 @@ def test_outputs_carry_timestamps(llm):
     assert 0 < out.ttft <= out.e2e
 
 
-def test_never_written_cache_memory_cannot_leak_into_outputs():
-    """Cache memory is allocated uninitialized; on a GPU it can hold NaN."""
+def test_stale_cache_contents_cannot_leak_into_outputs():
+    """Slots past a sequence's length hold leftovers of earlier sequences."""
     eng = LLM(MODEL, backend="torch", dtype="float32", kv_cache_tokens=1024, enable_prefix_caching=False)
+    assert not eng.kv_cache.any()                      # never-written slots are zero, never NaN
     params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
     clean = eng.generate(["The capital of France is", "One, two, three,"], params)
-    eng.kv_cache.fill_(float("nan"))
-    poisoned = eng.generate(["The capital of France is", "One, two, three,"], params)
-    assert [o.token_ids for o in poisoned] == [o.token_ids for o in clean]
+    eng.kv_cache.normal_(0, 100)
+    stale = eng.generate(["The capital of France is", "One, two, three,"], params)
+    assert [o.token_ids for o in stale] == [o.token_ids for o in clean]

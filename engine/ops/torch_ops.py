@@ -48,16 +48,29 @@ def filter_logits(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
 def _attend(q, k, v, mask, scale):
     """softmax(q k^T * scale + mask) v in float32, written out plainly so the
     oracle does not depend on which fused SDPA kernel a device picks.
-    q [B, nh, n, d]; k, v [B, nkv, L, d]; mask [B or 1, 1, n or 1, L] bool."""
-    groups = q.shape[1] // k.shape[1]
-    k, v = k.float().repeat_interleave(groups, dim=1), v.float().repeat_interleave(groups, dim=1)
-    scores = torch.matmul(q.float(), k.transpose(-1, -2)) * scale
-    probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-    return torch.matmul(probs, v).to(q.dtype)
+    q [B, nh, n, d]; k, v [B, L, nkv, d] (the cache's own layout, not copied);
+    mask [B or 1, 1, n or 1, L] bool (True = attend)."""
+    B, nh, n, d = q.shape
+    nkv = k.shape[2]
+    groups = nh // nkv
+    # The query heads of one KV head become extra query rows; each KV head is a
+    # strided view of the cache rows, which the matrix products take as they are.
+    qg = (q.float() * scale).reshape(B, nkv, groups * n, d)
+    mask = mask.repeat(1, 1, groups, 1) if mask.shape[2] > 1 else mask
+    out = torch.empty(B, nkv, groups * n, d, dtype=torch.float32, device=q.device)
+    for h in range(nkv):
+        scores = torch.matmul(qg[:, h], k[:, :, h].float().transpose(-1, -2))     # [B, G n, L]
+        probs = scores.masked_fill(~mask[:, 0], float("-inf")).softmax(dim=-1)
+        torch.matmul(probs, v[:, :, h].float(), out=out[:, h])
+    return out.reshape(B, nh, n, d).to(q.dtype)
 
 
 class TorchOps:
     name = "torch"
+
+    def __init__(self) -> None:
+        # cos/sin rows of the current step's positions: every layer needs the same.
+        self._rope_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     def embed(self, token_ids, weight):
         return F.embedding(token_ids, weight)
@@ -68,15 +81,21 @@ class TorchOps:
         return weight * h.to(x.dtype), r
 
     def rope_and_cache(self, q, k, v, positions, cos_sin, k_cache, v_cache, slot_mapping):
-        cos, sin = cos_sin[positions].chunk(2, dim=-1)
-        cos, sin = cos[:, None, :], sin[:, None, :]
+        if self._rope_rows is None or self._rope_rows[0] is not positions:
+            cos, sin = cos_sin[positions].chunk(2, dim=-1)
+            self._rope_rows = (positions, cos[:, None, :], sin[:, None, :])
+        _, cos, sin = self._rope_rows
+        half = q.shape[-1] // 2
         for x in (q, k):
             x1, x2 = x.float().chunk(2, dim=-1)
-            x.copy_(torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1))
-        valid = slot_mapping >= 0
-        slots = slot_mapping[valid]
-        k_cache.view(-1, *k_cache.shape[2:])[slots] = k[valid]
-        v_cache.view(-1, *v_cache.shape[2:])[slots] = v[valid]
+            rotated1, rotated2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+            x[..., :half] = rotated1
+            x[..., half:] = rotated2
+        if bool((slot_mapping < 0).any()):     # padding tokens: nothing to store
+            valid = slot_mapping >= 0
+            slot_mapping, k, v = slot_mapping[valid], k[valid], v[valid]
+        k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k)
+        v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v)
 
     def attention(self, q, k_cache, v_cache, meta: AttentionMetadata, scale):
         out = torch.empty_like(q)
@@ -96,7 +115,7 @@ class TorchOps:
             qi = q[offsets[i]:offsets[i] + n]           # [n, nh, d]
             # Query j sits at absolute position L - n + j and sees keys <= it.
             mask = torch.arange(L, device=q.device)[None, :] <= (L - n + torch.arange(n, device=q.device))[:, None]
-            o = _attend(qi.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], mask, scale)
+            o = _attend(qi.transpose(0, 1)[None], k[None], v[None], mask[None, None], scale)
             out[offsets[i]:offsets[i] + n] = o[0].transpose(0, 1)
         return out
 
@@ -105,18 +124,22 @@ class TorchOps:
         """All one-token queries at once, over their padded gathered contexts."""
         lens = [meta.seq_lens_host[i] for i in rows]
         nblocks = -(-max(lens) // block_size)
-        idx = torch.tensor(rows, device=q.device)
-        tables = meta.block_tables[idx, :nblocks].long()
-        k = k_cache[tables].flatten(1, 2)               # [R, Lmax, nkv, d]
-        v = v_cache[tables].flatten(1, 2)
+        all_rows = len(rows) == len(meta.query_lens_host)
+        tables = meta.block_tables[:, :nblocks] if all_rows else \
+            meta.block_tables[torch.tensor(rows, device=q.device), :nblocks]
+        flat = tables.reshape(-1).long()
+        k = k_cache.index_select(0, flat).view(len(rows), -1, *k_cache.shape[2:])   # [R, Lmax, nkv, d]
+        v = v_cache.index_select(0, flat).view(len(rows), -1, *v_cache.shape[2:])
+        # Slots past a row's length hold stale values from earlier sequences;
+        # they get zero weight (the cache starts zeroed, so none is NaN).
         mask = torch.arange(k.shape[1], device=q.device)[None, :] < torch.tensor(lens, device=q.device)[:, None]
-        # Slots past a row's length hold whatever the cache held: never-written
-        # memory can be NaN, and 0 * NaN is NaN, so zero them, not just mask them.
-        v = torch.where(mask[:, :, None, None], v, 0)
-        tok = torch.tensor([offsets[i] for i in rows], device=q.device)
-        qd = q[tok][:, :, None, :]                      # [R, nh, 1, d]
-        o = _attend(qd, k.transpose(1, 2), v.transpose(1, 2), mask[:, None, None, :], scale)
-        out[tok] = o[:, :, 0, :]
+        tok = None if all_rows else torch.tensor([offsets[i] for i in rows], device=q.device)
+        qd = (q if all_rows else q[tok])[:, :, None, :]   # [R, nh, 1, d]
+        o = _attend(qd, k, v, mask[:, None, None, :], scale)[:, :, 0, :]
+        if all_rows:
+            out.copy_(o)
+        else:
+            out[tok] = o
 
     def silu_and_mul(self, x):
         gate, up = x.chunk(2, dim=-1)
