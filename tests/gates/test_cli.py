@@ -18,7 +18,7 @@ def test_upgrade_evaluate_status_regressions(roadgate, db_url, capsys):
     assert roadgate(["db", "upgrade"]) == 0
     store = open_store(db_url)
     for day in range(40):
-        record_run(store, nightly(day, workload="fixed-256x128x128"), metrics(syncs_per_step=1.0))
+        record_run(store, nightly(day, workload="fixed-256x128x128"), metrics("ours", syncs_per_step=1.0))
     assert roadgate(["gates", "evaluate"]) == 0
     assert roadgate(["gates", "status"]) == 0
     out = capsys.readouterr().out
@@ -30,7 +30,7 @@ def test_upgrade_evaluate_status_regressions(roadgate, db_url, capsys):
     assert roadgate(["db", "query", "roadmap_status"]) == 0
     assert capsys.readouterr().out.count("\n") == 5  # header + 4 rows
     assert roadgate(["db", "query", "metric_trend", "--param", "workload=fixed-256x128x128", "--param", "hardware_class=H200",
-                     "--param", "engine=roadgate", "--param", "metric=syncs_per_step"]) == 0
+                     "--param", "engine=ours", "--param", "metric=syncs_per_step"]) == 0
     assert capsys.readouterr().out.count("\n") == 41  # header + 40 runs
 
 
