@@ -11,7 +11,7 @@ import importlib
 import logging
 import sys
 
-COMMANDS = ["jobs.generate", "jobs.bench", "jobs.store_cli"]
+COMMANDS = ["jobs.generate", "jobs.bench", "jobs.store_cli", "jobs.preflight"]
 
 
 class UsageError(Exception):

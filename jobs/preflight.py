@@ -1,0 +1,233 @@
+"""Benchmark preflight: is the host quiet enough to measure, and is the GPU ours alone.
+
+`check` waits for a quiet window: every sample over `window_s` seconds (one every
+`sample_every_s`) must show the CPU load below `load_threshold` and the GPU's
+utilization at most `max_gpu_util` percent; a noisy sample restarts the window.
+It gives up after `timeout_s`. A process of someone else's on the GPU ends the
+check at once as contended. Without NVML or a GPU the GPU part is reported as
+"no GPU" and passes as not applicable.
+
+`gpu_lock` holds an exclusive flock on <lock dir>/gpu-<index>.lock for as long
+as a benchmark runs, so two benchmarks never share one GPU.
+
+Every input (load, clock, sleep, GPU query) is injectable through `Inputs`;
+`machine()` builds the real ones, so tests never read the host.
+
+Exit codes of `roadgate preflight`:
+  0  quiet      the host was quiet for the whole window
+  2  usage      bad arguments
+  3  contended  another benchmark holds the GPU lock, or a foreign process is on the GPU
+  4  noisy      the window never became quiet before the timeout
+(1 is left to Python's own crashes, so a failing preflight is told apart from a noisy host.)
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from jobs.store.db import data_dir
+
+EXIT_CODES = {"quiet": 0, "contended": 3, "noisy": 4}
+EXIT_HELP = "exit codes: 0 quiet, 2 usage error, 3 contended (GPU lock held or foreign GPU process), 4 never quiet"
+
+
+@dataclass
+class GpuState:
+    pids: list[int]             # processes using the GPU, ours included
+    utilization_pct: float
+
+
+@dataclass
+class Inputs:
+    load: Callable[[], float]                       # current load, in busy CPUs
+    clock: Callable[[], float]                      # seconds, monotonic
+    sleep: Callable[[float], None]
+    gpu_query: Callable[[int], GpuState | None]     # None: no NVML or no GPU
+
+
+@dataclass
+class PreflightOutcome:
+    status: str                 # quiet | noisy | contended
+    waited_s: float
+    reason: str
+    samples: list[tuple[float, float]] = field(default_factory=list)  # (seconds since start, load)
+    gpu: dict = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.status]
+
+    @property
+    def record_status(self) -> str:
+        """The run record's preflight_status: it knows only quiet, noisy and skipped."""
+        return "quiet" if self.status == "quiet" else "noisy"
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "exit_code": self.exit_code}
+
+
+class Contended(Exception):
+    """The GPU lock is held by another benchmark."""
+
+
+def check(window_s: float, load_threshold: float, timeout_s: float, sample_every_s: float, gpu_index: int = 0,
+          *, max_gpu_util: float = 10, inputs: Inputs | None = None) -> PreflightOutcome:
+    if window_s < 0 or timeout_s < 0 or sample_every_s <= 0 or gpu_index < 0:
+        raise ValueError("window and timeout must be >= 0, the sampling interval > 0, the GPU index >= 0")
+    inputs = inputs or machine()
+    start = inputs.clock()
+    samples: list[tuple[float, float]] = []
+    quiet_since = None
+    while True:
+        t = round(inputs.clock() - start, 3)
+        load = inputs.load()
+        samples.append((t, round(load, 3)))
+        gpu = inputs.gpu_query(gpu_index)
+        gpu_report = _gpu_report(gpu_index, gpu)
+        if gpu_report.get("foreign_pids"):
+            return PreflightOutcome("contended", t, f"foreign processes on GPU {gpu_index}: "
+                                    f"{gpu_report['foreign_pids']}", samples, gpu_report)
+        gpu_busy = gpu is not None and gpu.utilization_pct > max_gpu_util
+        if load < load_threshold and not gpu_busy:
+            quiet_since = t if quiet_since is None else quiet_since
+            if t - quiet_since >= window_s:
+                return PreflightOutcome("quiet", t, f"quiet for {t - quiet_since:g}s", samples, gpu_report)
+        else:
+            quiet_since = None
+        if t >= timeout_s:
+            return PreflightOutcome("noisy", t, f"never quiet for {window_s:g}s within {timeout_s:g}s",
+                                    samples, gpu_report)
+        # The last sample lands on the timeout itself, never past it.
+        inputs.sleep(min(sample_every_s, timeout_s - t))
+
+
+def _gpu_report(gpu_index: int, gpu: GpuState | None) -> dict:
+    if gpu is None:
+        return {"index": gpu_index, "present": False, "reason": "no GPU (check not applicable)"}
+    # NVML reports host pids; inside a PID namespace our own pid differs and would look foreign.
+    foreign = sorted(pid for pid in gpu.pids if pid != os.getpid())
+    return {"index": gpu_index, "present": True, "utilization_pct": gpu.utilization_pct, "foreign_pids": foreign}
+
+
+@contextlib.contextmanager
+def gpu_lock(gpu_index: int, lock_dir: str | Path | None = None, timeout_s: float = 0, *,
+             poll_s: float = 0.1, clock: Callable[[], float] = time.monotonic,
+             sleep: Callable[[float], None] = time.sleep) -> Iterator[Path]:
+    """Hold GPU `gpu_index` exclusively; wait up to `timeout_s` for it, then raise Contended."""
+    lock_dir = Path(lock_dir) if lock_dir is not None else data_dir() / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    path = lock_dir / f"gpu-{gpu_index}.lock"
+    # The kernel drops a flock when its holder dies, so a crashed benchmark never leaves a stale lock.
+    with open(path, "a+") as f:
+        deadline = clock() + timeout_s
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if clock() >= deadline:
+                    f.seek(0)
+                    holder = f.read().strip() or "unknown"
+                    raise Contended(f"GPU {gpu_index} is locked by another benchmark (pid {holder}): {path}") from None
+                sleep(poll_s)
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))  # who holds it, for the next taker's message
+        f.flush()
+        try:
+            yield path
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def machine() -> Inputs:
+    """The real host: busy CPUs from /proc/stat, the monotonic clock, real sleep, NVML."""
+    return Inputs(load=busy_cpus_sampler(), clock=time.monotonic, sleep=time.sleep, gpu_query=nvml_query)
+
+
+def busy_cpus_sampler() -> Callable[[], float]:
+    """Busy CPUs since the previous call: the load-average unit, but sampled, not a 1-minute average.
+
+    Too short an interval (or no /proc/stat) falls back to the 1-minute load average.
+    """
+    previous = _cpu_jiffies()
+
+    def busy_cpus() -> float:
+        nonlocal previous
+        current = _cpu_jiffies()
+        if previous is None or current is None or current[1] - previous[1] < 10 * (os.cpu_count() or 1):
+            return os.getloadavg()[0]
+        busy, total = current[0] - previous[0], current[1] - previous[1]
+        previous = current
+        return busy / total * (os.cpu_count() or 1)
+
+    return busy_cpus
+
+
+def _cpu_jiffies() -> tuple[int, int] | None:
+    """(busy, total) jiffies over all CPUs since boot."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    except OSError:
+        return None
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def nvml_query(gpu_index: int) -> GpuState | None:
+    try:
+        import pynvml  # nvidia-ml-py; optional, so CPU-only hosts run without it
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        if count == 0:
+            return None
+        if gpu_index >= count:
+            raise ValueError(f"GPU {gpu_index} does not exist ({count} GPUs)")
+        handle = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
+        processes = (pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+                     + pynvml.nvmlDeviceGetGraphicsRunningProcesses(handle))
+        utilization = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu
+        return GpuState(pids=sorted({p.pid for p in processes}), utilization_pct=float(utilization))
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def register(sub) -> None:
+    p = sub.add_parser("preflight", help="wait for a quiet host and a free GPU; print the outcome as JSON",
+                       description=__doc__.split("\n\n")[0], epilog=EXIT_HELP)
+    p.add_argument("--window-s", type=float, default=30, help="seconds the host must stay quiet")
+    p.add_argument("--load-threshold", type=float, default=1.0, help="quiet below this many busy CPUs")
+    p.add_argument("--timeout-s", type=float, default=600, help="give up (exit 4) after this long")
+    p.add_argument("--sample-every-s", type=float, default=5)
+    p.add_argument("--gpu", type=int, default=0, help="GPU index to check and lock")
+    p.add_argument("--max-gpu-util", type=float, default=10, help="quiet at or below this GPU utilization (%%)")
+    p.set_defaults(func=run_cli)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    from jobs.cli import UsageError
+
+    try:
+        # Holding the lock while checking: a running benchmark makes this preflight contended.
+        with gpu_lock(args.gpu):
+            outcome = check(args.window_s, args.load_threshold, args.timeout_s, args.sample_every_s, args.gpu,
+                            max_gpu_util=args.max_gpu_util, inputs=machine())
+    except Contended as e:
+        outcome = PreflightOutcome("contended", 0.0, str(e), gpu={"index": args.gpu})
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    print(json.dumps(outcome.as_dict()))
+    return outcome.exit_code
