@@ -56,7 +56,7 @@ def add_agreement(results: list[BenchResult], reference: BenchResult) -> None:
 
 
 def record(results: list[BenchResult], started_at: datetime, finished_at: datetime, model: str,
-           store=None) -> str:
+           preflight=None, store=None) -> str:
     """Land one bench invocation in the results store: a run (all engines, one
     fingerprint), a metric row per engine and metric, and the per-request rows."""
     from jobs.store import MetricRecord, RunRecord, open_store, record_run, upgrade
@@ -64,7 +64,9 @@ def record(results: list[BenchResult], started_at: datetime, finished_at: dateti
     upgrade(store.engine)
     host = host_facts()
     run = RunRecord(kind="bench", workload=results[0].workload.name, hardware_class=host["hardware_class"],
-                    started_at=started_at, finished_at=finished_at, preflight_status="skipped",
+                    started_at=started_at, finished_at=finished_at,
+                    preflight_status=preflight.record_status if preflight else "skipped",
+                    preflight=preflight.as_dict() if preflight else {},
                     config={"model": model, "workload_version": results[0].workload.version,
                             "engines": {r.run.engine: r.run.config for r in results}},
                     git_sha=host["git_sha"], git_dirty=host["git_dirty"], host=host["host"],
@@ -133,6 +135,10 @@ def register(sub) -> None:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="the peers' device")
     p.add_argument("--json", help="also write the summary metrics to this JSON file")
     p.add_argument("--no-store", action="store_true", help="print only; record nothing in the results store")
+    p.add_argument("--preflight", action="store_true",
+                   help="wait for a quiet host first (roadgate preflight's defaults) and hold the GPU lock; "
+                        "without it the run is stored with preflight 'skipped', which gates treat as not quiet")
+    p.add_argument("--gpu", type=int, default=0, help="GPU index for the preflight and its lock")
     p.set_defaults(func=run_cli)
 
 
@@ -142,13 +148,23 @@ def run_cli(args: argparse.Namespace) -> int:
         workload = get_workload(args.workload)
     except WorkloadError as e:
         raise UsageError(str(e)) from None
-    started = _utcnow()
-    results = [run_engine(workload, e, args.model, args.backend, args.device) for e in args.engine]
+    with contextlib.ExitStack() as held:
+        outcome = None
+        if args.preflight:
+            from jobs import preflight
+            try:
+                held.enter_context(preflight.gpu_lock(args.gpu))
+            except preflight.Contended as e:
+                raise UsageError(f"GPU {args.gpu} is contended: {e}") from None
+            outcome = preflight.check(**preflight.DEFAULTS, gpu_index=args.gpu)
+            print(f"preflight: {outcome.status} ({outcome.reason})")
+        started = _utcnow()
+        results = [run_engine(workload, e, args.model, args.backend, args.device) for e in args.engine]
     if len(results) > 1:
         add_agreement(results, results[-1])
     print(format_table(results))
     if not args.no_store:
-        print(f"recorded run {record(results, started, _utcnow(), args.model)}")
+        print(f"recorded run {record(results, started, _utcnow(), args.model, outcome)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump([{"workload": workload.name, "engine": r.run.engine, "config": r.run.config,

@@ -35,6 +35,8 @@ from typing import Callable, Iterator
 from jobs.store.db import data_dir
 
 EXIT_CODES = {"quiet": 0, "contended": 3, "noisy": 4}
+# What `roadgate preflight` and `roadgate bench --preflight` wait for by default.
+DEFAULTS = {"window_s": 30.0, "load_threshold": 1.0, "timeout_s": 600.0, "sample_every_s": 5.0}
 EXIT_HELP = "exit codes: 0 quiet, 2 usage error, 3 contended (GPU lock held or foreign GPU process), 4 never quiet"
 
 
@@ -208,10 +210,11 @@ def nvml_query(gpu_index: int) -> GpuState | None:
 def register(sub) -> None:
     p = sub.add_parser("preflight", help="wait for a quiet host and a free GPU; print the outcome as JSON",
                        description=__doc__.split("\n\n")[0], epilog=EXIT_HELP)
-    p.add_argument("--window-s", type=float, default=30, help="seconds the host must stay quiet")
-    p.add_argument("--load-threshold", type=float, default=1.0, help="quiet below this many busy CPUs")
-    p.add_argument("--timeout-s", type=float, default=600, help="give up (exit 4) after this long")
-    p.add_argument("--sample-every-s", type=float, default=5)
+    p.add_argument("--window-s", type=float, default=DEFAULTS["window_s"], help="seconds the host must stay quiet")
+    p.add_argument("--load-threshold", type=float, default=DEFAULTS["load_threshold"],
+                   help="quiet below this many busy CPUs")
+    p.add_argument("--timeout-s", type=float, default=DEFAULTS["timeout_s"], help="give up (exit 4) after this long")
+    p.add_argument("--sample-every-s", type=float, default=DEFAULTS["sample_every_s"])
     p.add_argument("--gpu", type=int, default=0, help="GPU index to check and lock")
     p.add_argument("--max-gpu-util", type=float, default=10, help="quiet at or below this GPU utilization (%%)")
     p.set_defaults(func=run_cli)

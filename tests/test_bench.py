@@ -1,0 +1,77 @@
+"""Bench job: metrics from timestamps, workloads, and a CPU bench landing in the store."""
+from __future__ import annotations
+
+import pytest
+
+from jobs.metrics import Completion, agreement, request_row, summarize
+from jobs.workloads import WorkloadError, get_workload, load_workloads
+
+
+def test_latency_metrics_from_constructed_timestamps():
+    c = Completion(0, 10, [5, 6, 7, 8], "length", arrival=100.0, token_times=[100.5, 100.7, 101.0, 101.1],
+                   finish=101.1)
+    row = request_row(c)
+    assert row["ttft_s"] == pytest.approx(0.5)
+    assert row["tpot_s"] == pytest.approx((1.1 - 0.5) / 3)
+    assert row["itl_s"] == pytest.approx([0.2, 0.3, 0.1])
+    assert row["e2e_s"] == pytest.approx(1.1)
+    one = request_row(Completion(1, 4, [9], "stop", 0.0, [0.25], 0.25))
+    assert one["tpot_s"] is None and one["itl_s"] == []
+    m = summarize([row, one], wall_s=2.0)
+    assert m["output_tok_s"]["value"] == pytest.approx(2.5)
+    assert m["total_tok_s"]["value"] == pytest.approx(9.5)
+    assert m["requests_s"]["value"] == pytest.approx(1.0)
+    assert m["ttft_p50_s"]["value"] == pytest.approx(0.375) and m["ttft_p50_s"]["count"] == 2
+    assert m["itl_p99_s"]["p99"] == pytest.approx(0.298)
+    assert agreement([[1, 2, 3], [1, 2]], [[1, 2, 3], [1, 5]]) == {"agreement": 0.5, "first_divergence_p50": 1}
+
+
+def test_workloads_are_deterministic_from_their_seed():
+    w = get_workload("nano-bench")
+    a, b = w.requests(), w.requests()
+    assert a == b and len(a) == 256
+    assert all(100 <= len(r.prompt) <= 1024 and 100 <= r.max_tokens <= 1024 for r in a)
+    assert w.requests(seed=w.seed + 1) != a
+    assert {"nano-bench", "latency-b1", "chat-real", "cpu-small"} <= set(load_workloads())
+    assert len(get_workload("chat-real").requests()) >= 50
+
+
+def test_unknown_and_malformed_workloads_name_the_problem(tmp_path):
+    with pytest.raises(WorkloadError, match="unknown workload 'nope'"):
+        get_workload("nope")
+    bad = tmp_path / "w.yaml"
+    bad.write_text("workloads:\n  w1:\n    version: 1\n    prompts: {source: random_tokens, count: 2, input_len: [5, 2]}\n")
+    with pytest.raises(WorkloadError, match=r"workload 'w1': field 'prompts.input_len'"):
+        load_workloads(bad)
+
+
+def test_cpu_bench_of_ours_and_hf_lands_one_comparable_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ROADGATE_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("ROADGATE_DB_URL", raising=False)
+    monkeypatch.delenv("ROADGATE_PARQUET_ROOT", raising=False)
+    from jobs.cli import main
+    assert main(["bench", "--workload", "cpu-small", "--engine", "ours", "--engine", "hf", "--backend", "torch"]) == 0
+    out = capsys.readouterr().out
+    assert "recorded run" in out
+    from sqlalchemy import select
+    from jobs.store import open_store
+    from jobs.store.models import Metric, Run
+    from jobs.store.parquet import read_run_requests
+    store = open_store()
+    with store.session() as s:
+        runs = s.scalars(select(Run)).all()
+        assert len(runs) == 1 and runs[0].workload == "cpu-small" and runs[0].preflight_status == "skipped"
+        names = {(m.engine, m.metric) for m in s.scalars(select(Metric))}
+    for engine in ("ours", "hf"):
+        assert {(engine, "output_tok_s"), (engine, "ttft_p50_s"), (engine, "tpot_p50_s")} <= names
+    assert ("ours", "agreement") in names and ("ours", "syncs_per_step") in names
+    requests = read_run_requests(store.parquet_root, runs[0].id)
+    assert requests.num_rows == 16 and set(requests.column("engine").to_pylist()) == {"ours", "hf"}
+
+
+def test_bench_refuses_unknown_workload_and_stores_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ROADGATE_DATA_DIR", str(tmp_path))
+    from jobs.cli import main
+    assert main(["bench", "--workload", "nope", "--engine", "ours"]) == 2
+    assert "unknown workload 'nope'" in capsys.readouterr().err
+    assert not (tmp_path / "roadgate.db").exists()
