@@ -18,6 +18,7 @@ class ModelRunner:
         self.block_size = block_size
         self.device = device
 
+    @torch.inference_mode()
     def step(self, batch: ScheduledBatch, sampling_seqs: list[Sequence]) -> list[int]:
         """Compute this step's tokens; return a sampled token per sequence in
         `sampling_seqs` (those whose prompt is complete after this step)."""
@@ -27,6 +28,7 @@ class ModelRunner:
         tokens = self.model.ops.sample(logits, self._sampling_tensors(sampling_seqs))
         return self.syncs.to_host(tokens)
 
+    @torch.inference_mode()   # no autograd bookkeeping on any op
     def logits(self, batch: ScheduledBatch, sampling_seqs: list[Sequence]) -> torch.Tensor:
         """Run the batch; logits [len(sampling_seqs), V] at each sampling sequence's last token."""
         token_ids, positions, meta, sample_rows = self._prepare(batch, sampling_seqs)
