@@ -15,13 +15,18 @@ def seq(rid: int, n: int, start: int = 0) -> Sequence:
     return Sequence(rid, list(range(start, start + n)), SamplingParams(max_tokens=4), rid)
 
 
+def computed(bm: BlockManager, s: Sequence) -> Sequence:
+    """Give the sequence blocks for all its tokens and publish them as computed."""
+    bm.allocate(s, s.num_tokens)
+    s.num_computed_tokens = s.num_tokens
+    bm.register_computed_blocks(s)
+    return s
+
+
 def test_blocks_are_refcounted_and_prefix_shared():
     bm = BlockManager(num_blocks=8, block_size=4)
-    a = seq(0, 10)
-    bm.allocate(a, 10)
+    a = computed(bm, seq(0, 10))              # two full blocks published
     assert len(a.block_table) == 3 and bm.num_free_blocks == 5
-    a.num_computed_tokens = 10
-    bm.register_computed_blocks(a)            # two full blocks published
     b = seq(1, 11)                            # same first 10 tokens
     assert bm.acquire_cached_prefix(b) == 8
     assert b.block_table == a.block_table[:2]
@@ -37,21 +42,14 @@ def test_blocks_are_refcounted_and_prefix_shared():
 
 def test_prefix_hit_always_leaves_a_token_to_compute():
     bm = BlockManager(num_blocks=8, block_size=4)
-    a = seq(0, 8)
-    bm.allocate(a, 8)
-    a.num_computed_tokens = 8
-    bm.register_computed_blocks(a)
+    computed(bm, seq(0, 8))
     b = seq(1, 8)                             # identical 8-token prompt
     assert bm.acquire_cached_prefix(b) == 4   # last block recomputed for logits
 
 
 def test_eviction_reuses_lru_cached_blocks():
     bm = BlockManager(num_blocks=2, block_size=4)
-    a = seq(0, 5)
-    bm.allocate(a, 5)
-    a.num_computed_tokens = 5
-    bm.register_computed_blocks(a)
-    bm.release(a)
+    bm.release(computed(bm, seq(0, 5)))
     big = seq(1, 8, start=100)                # needs both blocks: evicts the cached one
     bm.allocate(big, 8)
     assert bm.cached == {} and bm.num_free_blocks == 0
