@@ -27,6 +27,7 @@ outs = llm.generate([[{'role': 'user', 'content': 'What is the capital of France
                     SamplingParams(max_tokens=12, temperature=0.8, top_p=0.9, seed=1))
 print('memcheck run done:', repr(outs[0].text))"
 step kernels python3 benchmarks/kernels.py
+step decode-step python3 benchmarks/decode_step.py
 for w in latency-b1 fixed-256x128x128 nano-bench; do
   step "bench-$w" python3 -m jobs.cli bench --workload "$w" --model "$ROADGATE_TEST_MODEL" \
       --engine ours --backend cuda --engine hf --device cuda --json "$OUT/bench-$w.json"

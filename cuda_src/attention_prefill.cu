@@ -3,8 +3,9 @@
 //
 // One block per (64-query tile, query head, sequence); 4 warps, each owning 16
 // query rows. K/V tiles of 64 keys are gathered through the block table into
-// shared memory as bf16; S = Q K^T and O += P V use mma.sync m16n8k16 (bf16 in,
-// fp32 accumulate) with an online softmax in registers. Query j of a sequence with
+// shared memory as 16-bit operands; S = Q K^T and O += P V use mma.sync m16n8k16
+// (fp16 operands for fp16 storage, bf16 otherwise; fp32 accumulate) with an online
+// softmax in registers. Query j of a sequence with
 // n new tokens and context L sits at position L - n + j and sees keys <= it.
 // fp32 inputs are rounded to bf16 for the matrix products (accumulation stays fp32).
 // Launch: grid = (ceil(max_query_len / 64), nh, B), block = 128, static smem.
@@ -14,28 +15,47 @@ namespace {
 constexpr int BM = 64, BN = 64, THREADS = 128, PAD = 8;  // PAD: 16 bytes per row against bank conflicts
 }
 
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+// c += a b on the tensor cores, fp32 accumulation; Op (bf16 or f16) is the operand type.
+template <typename Op>
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma<bf16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+template <>
+__device__ __forceinline__ void mma<f16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// (a, b) as two operand pairs: hi = Op(a, b), lo = Op of what hi missed.
+template <typename Op>
+__device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t& lo) {
+    hi = pack2<Op>(a, b);
+    const float2 h = unpack2<Op>(hi);
+    lo = pack2<Op>(a - h.x, b - h.y);
+}
 
 // B operand (k = key, n = dim) of P V from a row-major [key][dim] tile: a transposing
 // 8x8 matrix load; lanes 0-15 give the addresses of the 16 key rows.
-__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& b0, uint32_t& b1, const bf16* row) {
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& b0, uint32_t& b1, const void* row) {
     const uint32_t addr = (uint32_t)__cvta_generic_to_shared(row);
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(b0), "=r"(b1) : "r"(addr));
 }
 
-template <typename T, int D>
+template <typename T, int D, typename Op = typename Operand<T>::type>
 __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k_cache,
                              const T* __restrict__ v_cache, const int* __restrict__ block_tables, int max_blocks,
                              const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc,
                              T* __restrict__ out, int nh, int nkv, int bs, float scale_log2) {
     constexpr int LD = D + PAD;
-    __shared__ __align__(16) bf16 ks[BN][LD];
-    __shared__ __align__(16) bf16 vs[BN][LD];
+    __shared__ __align__(16) Op ks[BN][LD];
+    __shared__ __align__(16) Op vs[BN][LD];
 
     const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int q0 = query_start_loc[b], n = query_start_loc[b + 1] - q0, L = seq_lens[b];
@@ -55,8 +75,8 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
         const T* row = q + (int64_t)(q0 + min(qi[i], n - 1)) * q_stride + (int64_t)h * D;
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
-            qf[kk][i] = load_bf16x2(row + kk * 16 + cq);
-            qf[kk][i + 2] = load_bf16x2(row + kk * 16 + cq + 8);
+            qf[kk][i] = load2_as<Op>(row + kk * 16 + cq);
+            qf[kk][i + 2] = load2_as<Op>(row + kk * 16 + cq + 8);
         }
     }
 
@@ -73,8 +93,8 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
             uint4 kw = make_uint4(0, 0, 0, 0), vw = kw;
             if (j < kv_end) {
                 const int64_t off = (((int64_t)table[j / bs] * bs + j % bs) * nkv + kvh) * D + c;
-                kw = load8_bf16(k_cache + off);
-                vw = load8_bf16(v_cache + off);
+                kw = load8_as<Op>(k_cache + off);
+                vw = load8_as<Op>(v_cache + off);
             }
             *reinterpret_cast<uint4*>(&ks[row][c]) = kw;
             *reinterpret_cast<uint4*>(&vs[row][c]) = vw;
@@ -87,8 +107,8 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
             s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
 #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk)
-                mma_bf16(s[nt], qf[kk], load_bf16x2(&ks[nt * 8 + r][kk * 16 + cq]),
-                         load_bf16x2(&ks[nt * 8 + r][kk * 16 + cq + 8]));
+                mma<Op>(s[nt], qf[kk], load2_as<Op>(&ks[nt * 8 + r][kk * 16 + cq]),
+                        load2_as<Op>(&ks[nt * 8 + r][kk * 16 + cq + 8]));
         }
 
         // Causal mask and online softmax (base 2). Element e of tile nt: row e / 2, key cq + e % 2.
@@ -125,16 +145,22 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
         }
 
         // O += P V: two adjacent S tiles form one A fragment (the accumulator layout matches).
+        // P goes in as two operand terms, hi + lo, so P V sees P to ~16 mantissa bits,
+        // as close to the float32 reference as the cost of one more mma allows.
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) {
-            const uint32_t a[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-                                   pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                   pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            uint32_t hi[4], lo[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float* p = s[2 * kk + i / 2] + 2 * (i % 2);
+                split2<Op>(p[0], p[1], hi[i], lo[i]);
+            }
 #pragma unroll
             for (int dt = 0; dt < D / 8; ++dt) {
                 uint32_t b0, b1;
                 ldmatrix_x2_trans(b0, b1, &vs[kk * 16 + (lane % 16)][dt * 8]);
-                mma_bf16(o[dt], a, b0, b1);
+                mma<Op>(o[dt], hi, b0, b1);
+                mma<Op>(o[dt], lo, b0, b1);
             }
         }
     }

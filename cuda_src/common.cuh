@@ -2,63 +2,94 @@
 // warp/block reductions and the counter-based hash used by the sampler.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 
 typedef __nv_bfloat16 bf16;
+typedef __half f16;
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(f16 x) { return __half2float(x); }
 
 template <typename T> __device__ __forceinline__ T from_float(float x);
 template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
 // Round to nearest even, as torch does when it casts float32 to bf16.
 template <> __device__ __forceinline__ bf16 from_float<bf16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ f16 from_float<f16>(float x) { return __float2half_rn(x); }
 
-// Eight consecutive elements as floats. bf16: one 16-byte load; float: two.
+// Two 16-bit floats in one register (lower index in the low half): the operand
+// format of the tensor-core instructions. T2 is the pair type of a 16-bit T.
+template <typename T> struct Pair;
+template <> struct Pair<bf16> {
+    typedef __nv_bfloat162 type;
+    static __device__ __forceinline__ type make(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
+    static __device__ __forceinline__ float2 to_float2(type h) { return __bfloat1622float2(h); }
+};
+template <> struct Pair<f16> {
+    typedef __half2 type;
+    static __device__ __forceinline__ type make(float lo, float hi) { return __floats2half2_rn(lo, hi); }
+    static __device__ __forceinline__ float2 to_float2(type h) { return __half22float2(h); }
+};
+
+template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    typename Pair<T>::type h = Pair<T>::make(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+}
+template <typename T> __device__ __forceinline__ float2 unpack2(uint32_t u) {
+    return Pair<T>::to_float2(*reinterpret_cast<typename Pair<T>::type*>(&u));
+}
+
+// Eight consecutive elements as floats. 16-bit types: one 16-byte load; float: two.
 // The pointer must be 16-byte aligned (callers index in multiples of 8 elements).
-__device__ __forceinline__ void load8(const bf16* p, float* f) {
-    uint4 u = *reinterpret_cast<const uint4*>(p);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+template <typename T> __device__ __forceinline__ void load8(const T* p, float* f) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        float2 t = __bfloat1622float2(h[i]);
+        const float2 t = unpack2<T>(w[i]);
         f[2 * i] = t.x;
         f[2 * i + 1] = t.y;
     }
 }
-__device__ __forceinline__ void load8(const float* p, float* f) {
+template <> __device__ __forceinline__ void load8<float>(const float* p, float* f) {
     float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
     f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
     f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
 }
-__device__ __forceinline__ void store8(bf16* p, const float* f) {
-    uint4 u;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-    *reinterpret_cast<uint4*>(p) = u;
+template <typename T> __device__ __forceinline__ void store8(T* p, const float* f) {
+    *reinterpret_cast<uint4*>(p) = make_uint4(pack2<T>(f[0], f[1]), pack2<T>(f[2], f[3]),
+                                              pack2<T>(f[4], f[5]), pack2<T>(f[6], f[7]));
 }
-__device__ __forceinline__ void store8(float* p, const float* f) {
+template <> __device__ __forceinline__ void store8<float>(float* p, const float* f) {
     reinterpret_cast<float4*>(p)[0] = make_float4(f[0], f[1], f[2], f[3]);
     reinterpret_cast<float4*>(p)[1] = make_float4(f[4], f[5], f[6], f[7]);
 }
 
-// Two bf16 packed in one register (lower index in the low half): the operand
-// format of the bf16 tensor-core instructions.
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-}
-__device__ __forceinline__ uint32_t load_bf16x2(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
-__device__ __forceinline__ uint32_t load_bf16x2(const float* p) { return pack_bf16x2(p[0], p[1]); }
+// Tensor-core operand type of a storage type: f16 stays f16; bf16 and float go in as bf16.
+template <typename T> struct Operand { typedef bf16 type; };
+template <> struct Operand<f16> { typedef f16 type; };
 
-// Eight consecutive elements as bf16 in one 16-byte word.
-__device__ __forceinline__ uint4 load8_bf16(const bf16* p) { return *reinterpret_cast<const uint4*>(p); }
-__device__ __forceinline__ uint4 load8_bf16(const float* p) {
+// Two / eight consecutive elements of T as operand-type pairs.
+template <typename Op, typename T> __device__ __forceinline__ uint32_t load2_as(const T* p) {
+    return pack2<Op>(to_float(p[0]), to_float(p[1]));
+}
+template <> __device__ __forceinline__ uint32_t load2_as<bf16, bf16>(const bf16* p) {
+    return *reinterpret_cast<const uint32_t*>(p);
+}
+template <> __device__ __forceinline__ uint32_t load2_as<f16, f16>(const f16* p) {
+    return *reinterpret_cast<const uint32_t*>(p);
+}
+template <typename Op, typename T> __device__ __forceinline__ uint4 load8_as(const T* p) {
     float f[8];
     load8(p, f);
-    return make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]),
-                      pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
+    return make_uint4(pack2<Op>(f[0], f[1]), pack2<Op>(f[2], f[3]), pack2<Op>(f[4], f[5]), pack2<Op>(f[6], f[7]));
+}
+template <> __device__ __forceinline__ uint4 load8_as<bf16, bf16>(const bf16* p) {
+    return *reinterpret_cast<const uint4*>(p);
+}
+template <> __device__ __forceinline__ uint4 load8_as<f16, f16>(const f16* p) {
+    return *reinterpret_cast<const uint4*>(p);
 }
 
 __device__ __forceinline__ float warp_sum(float x) {
@@ -102,6 +133,6 @@ __device__ __forceinline__ uint32_t mix32(uint32_t x) {
     return x ^ (x >> 16);
 }
 
-// Instantiate an element-type template kernel for bf16 and float, with C names
-// `<name>_bf16` / `<name>_f32` so the host can look them up.
-#define FOR_EACH_DTYPE(M) M(bf16, bf16) M(float, f32)
+// Instantiate an element-type template kernel for bf16, fp16 and float, with C
+// names `<name>_bf16` / `<name>_f16` / `<name>_f32` so the host can look them up.
+#define FOR_EACH_DTYPE(M) M(bf16, bf16) M(f16, f16) M(float, f32)

@@ -33,7 +33,8 @@ class LLM:
                  max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
                  max_model_len: int | None = None, kv_cache_tokens: int | None = None,
                  gpu_memory_utilization: float = 0.9, block_size: int = 16,
-                 enable_prefix_caching: bool = True, seed: int = 0, device: str | None = None):
+                 enable_prefix_caching: bool = True, seed: int = 0, device: str | None = None,
+                 enforce_eager: bool = False):
         if max_num_seqs < 1 or max_num_batched_tokens < 1:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
         self.backend = select_backend(backend)
@@ -66,8 +67,14 @@ class LLM:
                                     device=self.device, dtype=self.dtype)
         self.block_manager = BlockManager(num_blocks, block_size, enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, max_num_seqs, max_num_batched_tokens)
-        self.runner = ModelRunner(self.model, self.kv_cache, block_size, self.device)
+        graphs = None
+        if self.backend == "cuda" and not enforce_eager:
+            from engine.cuda_graphs import DecodeGraphs
+            graphs = DecodeGraphs(self.model, self.kv_cache, max_num_seqs, self.max_model_len, block_size,
+                                  self.device)
+        self.runner = ModelRunner(self.model, self.kv_cache, block_size, self.device, graphs)
         self._next_request_id = 0
+        self._in_flight = None     # the launched step whose tokens the host has not read yet
 
     # ------------------------------------------------------------ set-up
 
@@ -138,38 +145,54 @@ class LLM:
         return seq
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
+        return self.scheduler.has_unfinished() or self._in_flight is not None
 
     def step(self) -> list[Sequence]:
-        """Run one engine step; return the sequences that finished in it."""
+        """Launch one engine step, then take in the previous step's tokens (which
+        the GPU has usually finished while this one was prepared); return the
+        sequences that finished."""
         batch = self.scheduler.schedule()
-        sampling = batch.sampling_seqs()
-        tokens = self.runner.step(batch, sampling)
+        launched = self.runner.launch(batch, batch.sampling_seqs(), self._in_flight) if batch.seqs else None
+        finished = self._take_tokens(self._in_flight, work_queued_behind=launched is not None) \
+            if self._in_flight else []
         self.scheduler.commit(batch)
+        self._in_flight = launched
+        if launched:
+            for seq in launched.seqs:
+                seq.out_of_budget = seq.num_output_tokens >= seq.sampling.max_tokens \
+                    or seq.num_tokens >= self.max_model_len
+        return finished
+
+    def _take_tokens(self, step, work_queued_behind: bool) -> list[Sequence]:
+        tokens = self.runner.read(step, work_queued_behind)
         now = time.perf_counter()
         finished = []
-        for seq, token in zip(sampling, tokens):
-            seq.append_token(token, now)
-            reason = self._finish_reason(seq, token)
+        for seq, index, token in zip(step.seqs, step.indices, tokens):
+            if seq.is_finished:          # it stopped at an earlier token; this one was speculative
+                continue
+            seq.resolve_token(index, token, now)
+            reason = self._finish_reason(seq, token, index)
             if reason:
-                seq.finish(reason, now)
+                seq.finish(reason, now, index)
                 self.scheduler.finish(seq)
                 finished.append(seq)
         return finished
 
-    def _finish_reason(self, seq: Sequence, token: int) -> str | None:
+    def _finish_reason(self, seq: Sequence, token: int, index: int) -> str | None:
         p = seq.sampling
         if token in p.stop_token_ids or (not p.ignore_eos and self.tokenizer
                                          and token in self.tokenizer.eos_token_ids):
             return "stop"
-        if p.stop and self.tokenizer and self._stop_string_at(seq) is not None:
+        if p.stop and self.tokenizer and self._stop_string_at(seq, index) is not None:
             return "stop"
-        if seq.num_output_tokens >= p.max_tokens or seq.num_tokens >= self.max_model_len:
+        if index + 1 - seq.num_prompt_tokens >= p.max_tokens or index + 1 >= self.max_model_len:
             return "length"
         return None
 
-    def _stop_string_at(self, seq: Sequence) -> int | None:
-        text = self.tokenizer.decode(seq.output_token_ids)
+    def _stop_string_at(self, seq: Sequence, last_index: int | None = None) -> int | None:
+        """Where the first stop string starts in the output text (up to token `last_index`)."""
+        end = None if last_index is None else last_index + 1
+        text = self.tokenizer.decode(seq.token_ids[seq.num_prompt_tokens:end])
         hits = [i for i in (text.find(s) for s in seq.sampling.stop) if i >= 0]
         return min(hits) if hits else None
 
@@ -245,12 +268,22 @@ class LLM:
         finally:
             bar.close()
 
+    def memory_report(self) -> dict:
+        """GPU bytes by owner: weights (with the fp32 head and RoPE table), the KV cache,
+        and the rest of torch's peak (activations, logits, graph pools)."""
+        tensors = [*self.model.tensors(), self.kv_cache]
+        owned = sum(t.numel() * t.element_size() for t in tensors)
+        kv = self.kv_cache.numel() * self.kv_cache.element_size()
+        peak = torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else owned
+        return {"weights": owned - kv, "kv_cache": kv, "peak_allocated": peak, "other": peak - owned}
+
     @property
     def stats(self) -> dict:
         pc = self.block_manager.stats
         return {"steps": self.scheduler.stats.steps, "preemptions": self.scheduler.stats.preemptions,
                 "prefix_cache_queries": pc.queries, "prefix_cache_hits": pc.hits,
                 "prefix_cache_hit_tokens": pc.hit_tokens, "host_syncs": self.runner.syncs.count,
+                "lagged_reads": self.runner.syncs.lagged_reads,
                 "kv_cache_blocks": self.block_manager.num_blocks, "block_size": self.block_size}
 
 

@@ -90,6 +90,18 @@ class LlamaModel:
             tensors.append(self.lm_head)
         return sum(t.numel() for t in tensors)
 
+    def tensors(self):
+        """Every tensor the model holds on its device (the head's fp32 copy included)."""
+        yield from (self.embed, self.norm, self.lm_head, self.cos_sin)
+        for layer in self.layers:
+            yield from vars(layer).values()
+
+    def decode_bytes(self) -> int:
+        """Weight bytes one decode step reads: every layer, the final norm, the head
+        (the embedding only at the step's token rows, which is negligible)."""
+        return sum(t.numel() * t.element_size() for t in self.tensors() if t is not self.embed
+                   and t is not self.cos_sin)
+
     def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                 kv_cache: torch.Tensor) -> torch.Tensor:
         """Packed new tokens of all sequences -> final hidden states [T, H].

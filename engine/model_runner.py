@@ -1,88 +1,185 @@
-"""Turns a scheduled batch into tensors, runs the model, samples the next tokens."""
+"""Turns a scheduled batch into tensors, launches the model and the sampler.
+
+The step loop never waits for the step it just launched: `launch` enqueues a
+step and returns a `LaunchedStep`; its tokens reach the host later (pinned
+copy + event) when the engine `read`s them, by which time the next step is
+already queued. A token the host has not read yet is PENDING in its sequence;
+the next step takes it straight from the previous step's device output (a row
+index map, so compaction of the batch is replayed on the device in stream order).
+Decode-only steps replay a CUDA graph when the backend can be captured.
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 
 from engine.model import LlamaModel
 from engine.ops import AttentionMetadata, SamplingTensors
 from engine.scheduler import ScheduledBatch
-from engine.sequence import Sequence
+from engine.sequence import PENDING_TOKEN, Sequence
 from engine.sync import HostSyncCounter
 
 
+@dataclass
+class LaunchedStep:
+    """A step in flight: one sampled token per row of `seqs`, on the device."""
+    seqs: list[Sequence]
+    indices: list[int]                 # where each row's token goes in its sequence
+    tokens: torch.Tensor               # [>= len(seqs)] int64 on the device (graph rows padded)
+    host: torch.Tensor                 # pinned copy of tokens, valid once `ready` has passed
+    ready: torch.cuda.Event | None     # None on the CPU: the copy is already done
+
+
+@dataclass
+class StepInputs:
+    """Host-built inputs of one step, padded to `rows` rows for a graph bucket."""
+    token_ids: np.ndarray              # [T] int64; PENDING_TOKEN where the device has it
+    source_rows: np.ndarray            # [T] int64; the previous step's row of a pending token, else -1
+    positions: np.ndarray              # [T] int64
+    slots: np.ndarray                  # [T] int64
+    query_start: np.ndarray            # [B + 1] int32
+    seq_lens: np.ndarray               # [B] int32
+    block_tables: np.ndarray           # [B, max_blocks] int32
+    sample_rows: np.ndarray            # [S] int64
+
+
 class ModelRunner:
-    def __init__(self, model: LlamaModel, kv_cache: torch.Tensor, block_size: int, device: torch.device):
+    def __init__(self, model: LlamaModel, kv_cache: torch.Tensor, block_size: int, device: torch.device,
+                 graphs=None):
         self.syncs = HostSyncCounter()
         self.model = model
         self.kv_cache = kv_cache
         self.block_size = block_size
         self.device = device
+        self.graphs = graphs            # engine.cuda_graphs.DecodeGraphs, or None (eager only)
+
+    # ------------------------------------------------------------ the step
 
     @torch.inference_mode()
-    def step(self, batch: ScheduledBatch, sampling_seqs: list[Sequence]) -> list[int]:
-        """Compute this step's tokens; return a sampled token per sequence in
-        `sampling_seqs` (those whose prompt is complete after this step)."""
-        logits = self.logits(batch, sampling_seqs)
-        if not sampling_seqs:
-            return []
-        tokens = self.model.ops.sample(logits, self._sampling_tensors(sampling_seqs))
-        return self.syncs.to_host(tokens)
+    def launch(self, batch: ScheduledBatch, sampling_seqs: list[Sequence],
+               previous: LaunchedStep | None) -> LaunchedStep | None:
+        """Enqueue the batch's forward pass and sampling; None if nothing is sampled."""
+        decode_only = bool(sampling_seqs) and all(n == 1 for n in batch.num_new_tokens) \
+            and len(sampling_seqs) == len(batch.seqs)
+        bucket = self.graphs.bucket_for(len(batch.seqs)) if self.graphs and decode_only else None
+        inputs = self._host_inputs(batch, sampling_seqs, previous, pad_to=bucket)
+        sampling = self._sampling_tensors(sampling_seqs, pad_to=bucket)
+        if bucket is not None:
+            tokens = self.graphs.replay(bucket, self._token_ids(inputs, previous), self._dev(inputs.positions),
+                                        self._metadata(inputs), sampling)
+        else:
+            logits = self._logits(inputs, previous)
+            if not sampling_seqs:
+                return None
+            tokens = self.model.ops.sample(logits, sampling)
+        indices = [s.append_pending() for s in sampling_seqs]
+        return self._copy_out(sampling_seqs, indices, tokens)
 
-    @torch.inference_mode()   # no autograd bookkeeping on any op
+    def read(self, step: LaunchedStep, work_queued_behind: bool) -> list[int]:
+        """The step's tokens on the host (waits for its copy if it has not landed)."""
+        if step.ready is not None:
+            self.syncs.wait(step.ready, work_queued_behind)
+        return step.host[:len(step.seqs)].tolist()
+
+    @torch.inference_mode()
     def logits(self, batch: ScheduledBatch, sampling_seqs: list[Sequence]) -> torch.Tensor:
-        """Run the batch; logits [len(sampling_seqs), V] at each sampling sequence's last token."""
-        token_ids, positions, meta, sample_rows = self._prepare(batch, sampling_seqs)
-        hidden = self.model.forward(token_ids, positions, meta, self.kv_cache)
-        return self.model.logits(hidden[sample_rows])
+        """Run the batch eagerly; logits [len(sampling_seqs), V] at each sampling sequence's last token."""
+        return self._logits(self._host_inputs(batch, sampling_seqs, None), None)
 
-    def _prepare(self, batch: ScheduledBatch, sampling_seqs: list[Sequence]):
+    # ------------------------------------------------------------ inputs
+
+    def _logits(self, inputs: StepInputs, previous: LaunchedStep | None) -> torch.Tensor:
+        meta = self._metadata(inputs)
+        hidden = self.model.forward(self._token_ids(inputs, previous), self._dev(inputs.positions), meta,
+                                    self.kv_cache)
+        return self.model.logits(hidden[self._dev(inputs.sample_rows)])
+
+    def _host_inputs(self, batch: ScheduledBatch, sampling_seqs: list[Sequence],
+                     previous: LaunchedStep | None, pad_to: int | None = None) -> StepInputs:
         bs = self.block_size
-        token_ids, positions, slots, query_lens, seq_lens = [], [], [], [], []
-        sample_rows, sampling = [], {id(s) for s in sampling_seqs}
-        for seq, n in zip(batch.seqs, batch.num_new_tokens):
+        rows = pad_to or len(batch.seqs)
+        total = sum(batch.num_new_tokens) + rows - len(batch.seqs)
+        # Padding rows of a graph bucket: one token, no cache slot, a one-token context.
+        token_ids = np.zeros(total, np.int64)
+        source_rows = np.full(total, -1, np.int64)
+        positions = np.zeros(total, np.int64)
+        slots = np.full(total, -1, np.int64)
+        seq_lens = np.ones(rows, np.int32)
+        query_lens = np.ones(rows, np.int32)
+        width = max(len(s.block_table) for s in batch.seqs)
+        block_tables = np.zeros((rows, width), np.int32)
+        pending_rows = {id(s): r for r, s in enumerate(previous.seqs)} if previous else {}
+        sampling = {id(s) for s in sampling_seqs}
+        sample_rows, t = [], 0
+        for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens)):
             start = seq.num_computed_tokens
-            token_ids.extend(seq.token_ids[start:start + n])
-            positions.extend(range(start, start + n))
-            table = seq.block_table
-            slots.extend(table[p // bs] * bs + p % bs for p in range(start, start + n))
-            query_lens.append(n)
-            seq_lens.append(start + n)
+            token_ids[t:t + n] = seq.token_ids[start:start + n]
+            if seq.token_ids[start + n - 1] == PENDING_TOKEN:     # only the newest token can be
+                source_rows[t + n - 1] = pending_rows[id(seq)]
+            pos = np.arange(start, start + n)
+            positions[t:t + n] = pos
+            table = np.asarray(seq.block_table, np.int64)
+            slots[t:t + n] = table[pos // bs] * bs + pos % bs
+            block_tables[i, :len(table)] = table
+            query_lens[i] = n
+            seq_lens[i] = start + n
+            t += n
             if id(seq) in sampling:
-                sample_rows.append(len(token_ids) - 1)
-        max_blocks = max(len(s.block_table) for s in batch.seqs)
-        tables = [s.block_table + [0] * (max_blocks - len(s.block_table)) for s in batch.seqs]
-        query_start = [0]
-        for n in query_lens:
-            query_start.append(query_start[-1] + n)
-        dev = self._to_device
-        meta = AttentionMetadata(
-            query_start_loc=dev(query_start, torch.int32),
-            seq_lens=dev(seq_lens, torch.int32),
-            block_tables=dev(tables, torch.int32),
-            slot_mapping=dev(slots, torch.int64),
-            max_query_len=max(query_lens),
-            max_seq_len=max(seq_lens),
-            query_lens_host=query_lens,
-            seq_lens_host=seq_lens)
-        return (dev(token_ids, torch.int64), dev(positions, torch.int64), meta,
-                dev(sample_rows, torch.int64))
+                sample_rows.append(t - 1)
+        query_start = np.zeros(rows + 1, np.int32)
+        np.cumsum(query_lens, out=query_start[1:])
+        return StepInputs(token_ids, source_rows, positions, slots, query_start, seq_lens, block_tables,
+                          np.asarray(sample_rows, np.int64))
 
-    def _to_device(self, values: list, dtype: torch.dtype) -> torch.Tensor:
-        # Pinned staging makes the copy truly asynchronous on the GPU.
-        host = torch.tensor(values, dtype=dtype)
-        if self.device.type == "cuda":
-            host = host.pin_memory()
-        return host.to(self.device, non_blocking=True)
+    def _token_ids(self, inputs: StepInputs, previous: LaunchedStep | None) -> torch.Tensor:
+        host_ids = self._dev(inputs.token_ids)
+        if not (inputs.source_rows >= 0).any():
+            return host_ids
+        # Pending tokens come from the previous step's output, still on the device.
+        source = self._dev(inputs.source_rows)
+        return torch.where(source >= 0, previous.tokens[source.clamp_min(0)], host_ids)
 
-    def _sampling_tensors(self, seqs: list[Sequence]) -> SamplingTensors:
+    def _metadata(self, inputs: StepInputs) -> AttentionMetadata:
+        query_lens = np.diff(inputs.query_start)
+        return AttentionMetadata(
+            query_start_loc=self._dev(inputs.query_start),
+            seq_lens=self._dev(inputs.seq_lens),
+            block_tables=self._dev(inputs.block_tables),
+            slot_mapping=self._dev(inputs.slots),
+            max_query_len=int(query_lens.max()),
+            max_seq_len=int(inputs.seq_lens.max()),
+            query_lens_host=query_lens.tolist(),
+            seq_lens_host=inputs.seq_lens.tolist())
+
+    def _sampling_tensors(self, seqs: list[Sequence], pad_to: int | None = None) -> SamplingTensors:
         params = [s.sampling for s in seqs]
-        dev = self._to_device
+        pad = (pad_to or len(seqs)) - len(seqs)
 
+        def dev(values, dtype, fill):
+            return self._dev(np.asarray(list(values) + [fill] * pad, dtype))
         return SamplingTensors(
-            temperature=dev([p.temperature for p in params], torch.float32),
-            top_k=dev([p.top_k for p in params], torch.int32),
-            top_p=dev([p.top_p for p in params], torch.float32),
-            seeds=dev([s.seed for s in seqs], torch.int64),
-            counters=dev([s.num_output_tokens for s in seqs], torch.int64),
+            temperature=dev((p.temperature for p in params), np.float32, 0.0),
+            top_k=dev((p.top_k for p in params), np.int32, 0),
+            top_p=dev((p.top_p for p in params), np.float32, 1.0),
+            seeds=dev((s.seed for s in seqs), np.int64, 0),
+            counters=dev((s.num_output_tokens for s in seqs), np.int64, 0),
             all_greedy=all(p.greedy for p in params),
             any_filter=any(p.top_k > 0 or p.top_p < 1 for p in params))
+
+    def _dev(self, values: np.ndarray) -> torch.Tensor:
+        host = torch.from_numpy(values)
+        if self.device.type != "cuda":
+            return host.to(self.device)
+        # Pinned staging makes the copy asynchronous: the host does not wait for it.
+        return host.pin_memory().to(self.device, non_blocking=True)
+
+    def _copy_out(self, seqs: list[Sequence], indices: list[int], tokens: torch.Tensor) -> LaunchedStep:
+        if self.device.type != "cuda":
+            return LaunchedStep(seqs, indices, tokens, tokens.cpu(), None)
+        host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+        host.copy_(tokens, non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        return LaunchedStep(seqs, indices, tokens, host, ready)

@@ -58,6 +58,9 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
+            if seq.out_of_budget:      # its last token is in flight; nothing to compute
+                i += 1
+                continue
             n = min(seq.num_uncomputed_tokens, budget)
             while not self.block_manager.can_allocate(seq, n) and self.running[-1] is not seq:
                 self._preempt(self.running.pop())
@@ -92,14 +95,20 @@ class Scheduler:
         return batch
 
     def commit(self, batch: ScheduledBatch) -> None:
-        """Record that the batch's tokens are now in the KV cache."""
+        """Record that the batch's tokens are now in the KV cache (sequences that
+        finished meanwhile are gone: their blocks are released)."""
         for seq, n in zip(batch.seqs, batch.num_new_tokens):
-            seq.num_computed_tokens += n
-            self.block_manager.register_computed_blocks(seq)
+            if seq.status is SequenceStatus.RUNNING:
+                seq.num_computed_tokens += n
+                self.block_manager.register_computed_blocks(seq)
 
     def finish(self, seq: Sequence) -> None:
+        """Drop a finished sequence, running or (preempted with a token in flight) waiting."""
         self.block_manager.release(seq)
-        self.running.remove(seq)
+        if seq in self.waiting:
+            self.waiting.remove(seq)
+        else:
+            self.running.remove(seq)
 
     def _preempt(self, seq: Sequence) -> None:
         self.block_manager.release(seq)

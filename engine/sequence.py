@@ -8,6 +8,11 @@ from dataclasses import dataclass, field
 from engine.sampling_params import SamplingParams
 
 
+# Stands in token_ids for a token sampled on the device whose value the host has
+# not read yet (the step loop reads tokens one step late).
+PENDING_TOKEN = -1
+
+
 class SequenceStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
@@ -34,6 +39,9 @@ class Sequence:
         self.token_times: list[float] = []
         self.finish_time: float | None = None
         self.num_preemptions = 0
+        # Set when the pending token is the last this sequence may produce (max_tokens
+        # or the context limit): the scheduler gives it no further step.
+        self.out_of_budget = False
 
     @property
     def num_tokens(self) -> int:
@@ -59,11 +67,18 @@ class Sequence:
     def is_finished(self) -> bool:
         return self.status is SequenceStatus.FINISHED
 
-    def append_token(self, token_id: int, now: float) -> None:
-        self.token_ids.append(token_id)
+    def append_pending(self) -> int:
+        """Make room for a token sampled on the device; return its index."""
+        self.token_ids.append(PENDING_TOKEN)
+        return len(self.token_ids) - 1
+
+    def resolve_token(self, index: int, token_id: int, now: float) -> None:
+        self.token_ids[index] = token_id
         self.token_times.append(now)
 
-    def finish(self, reason: str, now: float) -> None:
+    def finish(self, reason: str, now: float, last_index: int) -> None:
+        """Finish at token `last_index`, dropping tokens launched after it."""
+        del self.token_ids[last_index + 1:]
         self.status = SequenceStatus.FINISHED
         self.finish_reason = reason
         self.finish_time = now

@@ -64,7 +64,7 @@ def test_scheduler_respects_token_budget_and_seq_limit():
     assert [x.request_id for x in batch.seqs] == [0, 1] and batch.num_new_tokens == [7, 3]
     assert batch.sampling_seqs() == [batch.seqs[0]]     # seq 1's prompt is only partly done
     s.commit(batch)
-    batch.seqs[0].append_token(99, 0.0)
+    batch.seqs[0].append_pending()                      # sampled; its value not read yet
     batch = s.schedule()                                  # decode + rest of prefill; seq 2 waits
     assert [x.request_id for x in batch.seqs] == [0, 1] and batch.num_new_tokens == [1, 4]
     assert [x.request_id for x in s.waiting] == [2]
@@ -78,10 +78,25 @@ def test_scheduler_preempts_latest_when_blocks_run_out():
     batch = s.schedule()
     assert batch.seqs == [a, b]
     s.commit(batch)
-    a.append_token(7, 0.0)                    # a needs a third block: none free
+    a.append_pending()                        # a needs a third block: none free
     batch = s.schedule()
     assert batch.seqs == [a] and s.stats.preemptions == 1
     assert list(s.waiting) == [b] and b.num_computed_tokens == 0 and b.block_table == []
+
+
+def test_scheduler_skips_sequences_out_of_budget_and_drops_finished_waiting_ones():
+    s = Scheduler(BlockManager(4, 4), max_num_seqs=4, max_num_batched_tokens=64)
+    a, b = seq(0, 8), seq(1, 8, start=50)
+    s.add(a)
+    s.add(b)
+    s.commit(s.schedule())
+    a.append_pending()                        # a needs a third block: none free
+    b.append_pending()
+    b.out_of_budget = True                    # its last token is in flight: no further step
+    batch = s.schedule()
+    assert batch.seqs == [a] and s.stats.preemptions == 1 and list(s.waiting) == [b]
+    s.finish(b)                               # reading its in-flight token finishes it
+    assert not s.waiting and s.running == [a]
 
 
 @pytest.mark.parametrize("kwargs, field", [

@@ -142,5 +142,5 @@ class Kernel:
         self.driver.check(lib.cuLaunchKernel(self.handle, *grid, *block, shared, stream,
                                               ctypes.cast(params, ctypes.c_void_p), None),
                           f"launching {self.name} grid={grid} block={block}")
-        if self.driver.debug:
+        if self.driver.debug and not torch.cuda.is_current_stream_capturing():
             self.driver.check(lib.cuStreamSynchronize(ctypes.c_void_p(stream)), f"running {self.name}")

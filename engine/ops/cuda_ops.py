@@ -16,7 +16,7 @@ import torch
 from engine.ops import cuda_build
 from engine.ops.base import AttentionMetadata, SamplingTensors
 
-_DTYPES = {torch.bfloat16: "bf16", torch.float32: "f32"}
+_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 _PREFILL_TILE = 64
 _DECODE_THREADS = 128
 _MAX_PARTITION = 1024
@@ -24,7 +24,7 @@ _MAX_PARTITION = 1024
 
 def _dtype_name(t: torch.Tensor) -> str:
     if t.dtype not in _DTYPES:
-        raise TypeError(f"cuda ops support bf16 and float32 tensors, not {t.dtype}")
+        raise TypeError(f"cuda ops support bf16, fp16 and float32 tensors, not {t.dtype}")
     return _DTYPES[t.dtype]
 
 

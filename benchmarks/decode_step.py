@@ -1,0 +1,78 @@
+"""One decode step at batch 256 / context 1024 against its roofline floor, and where
+the GPU memory goes.
+
+The step is the engine's own CUDA graph for the bucket (forward, fp32 logits,
+sampling), replayed on dummy weights of the SmolLM2-135M architecture with every
+row at the given context; timed with CUDA events after warm-up, median of many
+replays, rotating over several rows-to-blocks layouts so that the KV reads are
+not served from L2. The floor is the bytes the step must read (weights + the
+KV of every row) at the measured device copy rate.
+Usage: python3 benchmarks/decode_step.py [--batch 256] [--context 1024]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from engine import LLM  # noqa: E402
+
+COPY_CEILING = 4.26e12  # bytes/s, device-to-device copy measured on the H200 (GPU-HOST.md)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="dummy:smollm2-135m")
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--layouts", type=int, default=4, help="distinct block layouts to rotate over")
+    args = ap.parse_args()
+    B, ctx, bs = args.batch, args.context, 16
+    blocks_per_row = math.ceil((ctx + 1) / bs)
+    llm = LLM(args.model, backend="cuda", max_num_seqs=B,
+              kv_cache_tokens=args.layouts * B * blocks_per_row * bs)
+    graphs = llm.runner.graphs
+    bucket = graphs.bucket_for(B)
+    g, _ = graphs._graphs[bucket, True]
+    layouts = torch.randperm(llm.block_manager.num_blocks, dtype=torch.int32, device="cuda")
+    layouts = layouts[:args.layouts * B * blocks_per_row].view(args.layouts, B, blocks_per_row)
+    graphs.seq_lens[:B] = ctx + 1                      # ctx cached tokens plus the new one
+    graphs.positions[:B] = ctx
+    graphs.token_ids[:B] = torch.randint(0, llm.config.vocab_size, (B,), device="cuda")
+
+    def run(i: int) -> None:
+        table = layouts[i % args.layouts]
+        graphs.block_tables[:B, :blocks_per_row] = table
+        graphs.slots[:B] = table[:, ctx // bs].long() * bs + ctx % bs
+        g.replay()
+
+    for i in range(20):
+        run(i)
+    times = []
+    for i in range(200):
+        run(i)   # staging the layout is outside the timed region: only the replay is timed
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e-3)
+    step = statistics.median(times)
+    c = llm.config
+    weight_bytes = llm.model.decode_bytes()
+    kv_bytes = B * (ctx + 1) * llm._kv_bytes_per_token()
+    floor = (weight_bytes + kv_bytes) / COPY_CEILING
+    print(f"decode step B={B} ctx={ctx} ({c.num_layers} layers, graph replay): median {step * 1e3:.3f} ms; "
+          f"floor {floor * 1e3:.3f} ms (weights {weight_bytes / 1e6:.0f} MB + KV {kv_bytes / 1e6:.0f} MB "
+          f"at 4.26 TB/s); ratio {step / floor:.2f}x")
+    mem = llm.memory_report()
+    print("GPU memory: " + ", ".join(f"{k} {v / 1e9:.3f} GB" for k, v in mem.items()))
+
+
+if __name__ == "__main__":
+    main()
