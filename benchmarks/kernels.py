@@ -51,14 +51,19 @@ def time_ms(fn, n_caches, warmup=20, reps=200):
 
 def main():
     ops = CudaOps()
-    print(f"{'case':<40} {'median us':>10} {'GB/s':>8} {'% of copy ceiling':>18}")
+    print(f"{'case':<44} {'partition':>9} {'median us':>10} {'GB/s':>8} {'% of copy ceiling':>18}")
     for B, ctx in [(256, 1024), (1, 256), (64, 1024), (256, 4096)]:
         q, caches, meta, nbytes = decode_case(B, ctx)
-        scale = 64 ** -0.5
-        ms = time_ms(lambda i: ops.attention(q, caches[i][0], caches[i][1], meta, scale), len(caches))
-        gbs = nbytes / (ms * 1e-3) / 1e9
-        print(f"{f'decode attn B={B} ctx={ctx} (9q/3kv, d=64)':<40} {ms * 1e3:>10.1f} {gbs:>8.0f} "
-              f"{100 * gbs * 1e9 / COPY_CEILING:>17.1f}%")
+        out = torch.empty_like(q)
+        default = ops.decode_partition(B, 3, ctx)
+        # The engine's choice first, then a sweep of split sizes.
+        for partition in [default] + [p for p in (64, 128, 256, 512, 1024) if p != default and p <= ctx]:
+            ms = time_ms(lambda i: ops._decode(q, caches[i][0], caches[i][1], meta, 64 ** -0.5, out, "bf16",
+                                               B, 9, 3, 64, 16, partition), len(caches))
+            gbs = nbytes / (ms * 1e-3) / 1e9
+            label = f"decode attn B={B} ctx={ctx} (9q/3kv, d=64)" + (" *" if partition == default else "")
+            print(f"{label:<44} {partition:>9} {ms * 1e3:>10.1f} {gbs:>8.0f} "
+                  f"{100 * gbs * 1e9 / COPY_CEILING:>17.1f}%")
 
 
 if __name__ == "__main__":

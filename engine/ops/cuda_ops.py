@@ -43,6 +43,9 @@ class CudaOps:
         atexit.register(self._context.pop)
         major, minor = device.compute_capability()
         self.num_sms = device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
+        # Decode split policy (see decode_partition); benchmarks/kernels.py sweeps them.
+        self.decode_waves = float(os.environ.get("ROADGATE_DECODE_WAVES", 2))
+        self.decode_fill_context = int(os.environ.get("ROADGATE_DECODE_FILL_CONTEXT", 1 << 30))
         try:
             cubins = cuda_build.build_all(f"sm_{major}{minor}")
         except RuntimeError as e:
@@ -118,13 +121,18 @@ class CudaOps:
                                       float(scale * math.log2(math.e)))
         return out
 
-    def _decode(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs):
+    def decode_partition(self, batch: int, nkv: int, max_seq_len: int) -> int:
+        """Keys per split of decode attention: enough blocks to fill the GPU
+        DECODE_WAVES times over at a context of up to DECODE_FILL_CONTEXT."""
+        want_splits = max(1, math.ceil(self.decode_waves * self.num_sms / (batch * nkv)))
+        context = min(max_seq_len, self.decode_fill_context)
+        return min(_MAX_PARTITION, max(32, 16 * math.ceil(context / want_splits / 16)))
+
+    def _decode(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs, partition=None):
         G = nh // nkv
         if G > 8:
             raise ValueError(f"cuda decode attention supports up to 8 query heads per KV head, not {G}")
-        # Split the context so that the grid fills the GPU about twice over.
-        want_splits = max(1, math.ceil(2 * self.num_sms / (B * nkv)))
-        partition = min(_MAX_PARTITION, max(32, 16 * math.ceil(meta.max_seq_len / want_splits / 16)))
+        partition = partition or self.decode_partition(B, nkv, meta.max_seq_len)
         splits = math.ceil(meta.max_seq_len / partition)
         if splits > 1:
             part_o = torch.empty((B, nh, splits, d), dtype=torch.float32, device=q.device)

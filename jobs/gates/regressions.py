@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from otava.analysis import compute_change_points
 from sqlalchemy import select, text
 
 from jobs.store.db import Store
@@ -32,6 +31,8 @@ def find_change_points(values: list[float], max_pvalue: float = MAX_PVALUE,
     """Otava change points of one series; each has .index (the first point after the change) and .stats."""
     if len(values) < MIN_POINTS:
         return []
+    # Imported here: the bench job on a GPU host records runs without Otava installed.
+    from otava.analysis import compute_change_points
     change_points, _ = compute_change_points(values, window_len=WINDOW, max_pvalue=max_pvalue, min_magnitude=min_magnitude)
     return change_points
 
