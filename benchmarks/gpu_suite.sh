@@ -28,10 +28,18 @@ outs = llm.generate([[{'role': 'user', 'content': 'What is the capital of France
 print('memcheck run done:', repr(outs[0].text))"
 step kernels python3 benchmarks/kernels.py
 step decode-step python3 benchmarks/decode_step.py
-for w in latency-b1 fixed-256x128x128 nano-bench; do
+# HF runs beside ours where the targets are ratios to it; nano-bench's target is absolute
+# (and HF needs minutes for it).
+bench() {  # bench WORKLOAD ENGINE_ARGS...
+  local w=$1; shift
   step "bench-$w" python3 -m jobs.cli bench --workload "$w" --model "$ROADGATE_TEST_MODEL" \
-      --engine ours --backend cuda --engine hf --device cuda --json "$OUT/bench-$w.json"
-done
+      --engine ours --backend cuda "$@" --json "$OUT/bench-$w.json"
+}
+bench latency-b1 --engine hf --device cuda
+bench fixed-256x128x128 --engine hf --device cuda
+bench nano-bench
+step ncu-decode ncu --section SpeedOfLight --section Occupancy --section LaunchStats -k regex:attn_decode_bf16 -c 1 \
+    python3 benchmarks/kernels.py
 
 echo; echo "== logs in $OUT"
 for w in latency-b1 fixed-256x128x128 nano-bench; do [ -f "$OUT/bench-$w.log" ] && tail -n 3 "$OUT/bench-$w.log"; done
