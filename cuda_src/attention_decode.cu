@@ -15,27 +15,40 @@
 #include "common.cuh"
 
 namespace {
-constexpr int THREADS = 128, DIM_LANES = 8, KEY_LANES = THREADS / DIM_LANES, UNROLL = 4;
+constexpr int THREADS = 128, DIM_LANES = 8, KEY_LANES = THREADS / DIM_LANES;
+constexpr int MAX_PARTITION = 1024, MIN_BLOCK_SIZE = 8;  // the host keeps to these
+constexpr int MAX_SPLIT_BLOCKS = MAX_PARTITION / MIN_BLOCK_SIZE + 1;
 }
 
-// Loads the DPT dims this thread owns of UNROLL consecutive steps' key rows
-// (zeros past `end`), all issued before any use so several loads are in flight.
+// Rows in flight per thread: 16-byte words are cheap to hold, so 16-bit caches keep
+// twice as many loads outstanding as float ones. Rows stay packed until used.
+template <typename T> __host__ __device__ constexpr int unroll() { return sizeof(T) == 4 ? 4 : 8; }
+template <typename T, int DPT> struct Row { uint4 w[DPT * sizeof(T) / 16]; };
+
+// Issues the loads of this thread's DPT dims of unroll() consecutive steps' rows
+// (zeros past `end`) before any is used. `blocks` is the split's slice of the block
+// table in shared memory, starting at block `first`.
 template <typename T, int D, int DPT>
-__device__ __forceinline__ void load_rows(float (&rows)[UNROLL][DPT], const T* cache, const int* table, int bs,
-                                          int nkv, int kvh, int j0, int end, int d0) {
+__device__ __forceinline__ void load_rows(Row<T, DPT> (&rows)[unroll<T>()], const T* cache, const int* blocks,
+                                          int first, int bs, int nkv, int kvh, int j0, int end, int d0) {
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
+    for (int u = 0; u < unroll<T>(); ++u) {
         const int j = j0 + u * KEY_LANES + threadIdx.x / DIM_LANES;
+#pragma unroll
+        for (int w = 0; w < DPT * (int)sizeof(T) / 16; ++w) rows[u].w[w] = make_uint4(0, 0, 0, 0);
         if (j < end) {
-            const int64_t slot = (int64_t)table[j / bs] * bs + j % bs;
-            const T* p = cache + (slot * nkv + kvh) * D + d0;
+            const int64_t slot = (int64_t)blocks[j / bs - first] * bs + j % bs;
+            const uint4* p = reinterpret_cast<const uint4*>(cache + (slot * nkv + kvh) * D + d0);
 #pragma unroll
-            for (int c = 0; c < DPT; c += 8) load8(p + c, &rows[u][c]);
-        } else {
-#pragma unroll
-            for (int c = 0; c < DPT; ++c) rows[u][c] = 0.f;
+            for (int w = 0; w < DPT * (int)sizeof(T) / 16; ++w) rows[u].w[w] = p[w];
         }
     }
+}
+
+template <typename T, int DPT>
+__device__ __forceinline__ void unpack(const Row<T, DPT>& row, float (&f)[DPT]) {
+#pragma unroll
+    for (int c = 0; c < DPT; c += 8) load8(reinterpret_cast<const T*>(&row.w[c * sizeof(T) / 16]), &f[c]);
 }
 
 template <typename T, int D, int GMAX>
@@ -49,6 +62,7 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, const T* 
     __shared__ __align__(16) float qs[GMAX][D];    // pre-scaled queries
     __shared__ float red[THREADS / 32][GMAX][D];   // cross-warp reduction of pass 2
     __shared__ float stat_m[GMAX], stat_l[GMAX];
+    __shared__ int blocks[MAX_SPLIT_BLOCKS];       // the split's block-table slice
 
     const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
     const int G = nh / nkv;
@@ -62,21 +76,26 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, const T* 
 
     for (int i = tid; i < G * D; i += THREADS)
         qs[i / D][i % D] = to_float(q[tok * q_stride + (int64_t)(kvh * G) * D + i]) * scale;
+    // Row addresses then need no dependent global load of the block table.
+    const int first = start / bs;
+    for (int i = tid; i <= (end - 1) / bs - first; i += THREADS) blocks[i] = table[first + i];
     __syncthreads();
 
     // Pass 1: scores.
-    for (int j0 = start; j0 < end; j0 += KEY_LANES * UNROLL) {
-        float rows[UNROLL][DPT];
-        load_rows<T, D, DPT>(rows, k_cache, table, bs, nkv, kvh, j0, end, d0);
+    for (int j0 = start; j0 < end; j0 += KEY_LANES * unroll<T>()) {
+        Row<T, DPT> rows[unroll<T>()];
+        load_rows<T, D, DPT>(rows, k_cache, blocks, first, bs, nkv, kvh, j0, end, d0);
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
+        for (int u = 0; u < unroll<T>(); ++u) {
             const int j = j0 + u * KEY_LANES + key_lane;
+            float row[DPT];
+            unpack(rows[u], row);
 #pragma unroll
             for (int g = 0; g < GMAX; ++g) {
                 if (g >= G) break;
                 float s = 0.f;
 #pragma unroll
-                for (int c = 0; c < DPT; ++c) s += qs[g][d0 + c] * rows[u][c];
+                for (int c = 0; c < DPT; ++c) s += qs[g][d0 + c] * row[c];
                 // The 8 dim lanes of a key are 8 consecutive lanes of one warp.
                 s += __shfl_xor_sync(0xffffffffu, s, 4);
                 s += __shfl_xor_sync(0xffffffffu, s, 2);
@@ -110,19 +129,21 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, const T* 
     for (int g = 0; g < GMAX; ++g)
 #pragma unroll
         for (int c = 0; c < DPT; ++c) acc[g][c] = 0.f;
-    for (int j0 = start; j0 < end; j0 += KEY_LANES * UNROLL) {
-        float rows[UNROLL][DPT];
-        load_rows<T, D, DPT>(rows, v_cache, table, bs, nkv, kvh, j0, end, d0);
+    for (int j0 = start; j0 < end; j0 += KEY_LANES * unroll<T>()) {
+        Row<T, DPT> rows[unroll<T>()];
+        load_rows<T, D, DPT>(rows, v_cache, blocks, first, bs, nkv, kvh, j0, end, d0);
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
+        for (int u = 0; u < unroll<T>(); ++u) {
             const int j = j0 + u * KEY_LANES + key_lane;
             if (j >= end) continue;
+            float row[DPT];
+            unpack(rows[u], row);
 #pragma unroll
             for (int g = 0; g < GMAX; ++g) {
                 if (g >= G) break;
                 const float p = scores[g * partition + j - start];
 #pragma unroll
-                for (int c = 0; c < DPT; ++c) acc[g][c] += p * rows[u][c];
+                for (int c = 0; c < DPT; ++c) acc[g][c] += p * row[c];
             }
         }
     }

@@ -100,38 +100,51 @@ class ModelRunner:
                      previous: LaunchedStep | None, pad_to: int | None = None) -> StepInputs:
         bs = self.block_size
         rows = pad_to or len(batch.seqs)
-        total = sum(batch.num_new_tokens) + rows - len(batch.seqs)
+        pad = rows - len(batch.seqs)
         # Padding rows of a graph bucket: one token, no cache slot, a one-token context.
-        token_ids = np.zeros(total, np.int64)
-        source_rows = np.full(total, -1, np.int64)
-        positions = np.zeros(total, np.int64)
-        slots = np.full(total, -1, np.int64)
-        seq_lens = np.ones(rows, np.int32)
-        query_lens = np.ones(rows, np.int32)
+        token_ids, positions, slots = [], [], []
+        seq_lens, query_lens = [1] * rows, [1] * rows
         width = max(len(s.block_table) for s in batch.seqs)
         block_tables = np.zeros((rows, width), np.int32)
         pending_rows = {id(s): r for r, s in enumerate(previous.seqs)} if previous else {}
+        source_rows = {}                                  # token index -> previous step's row
         sampling = {id(s) for s in sampling_seqs}
-        sample_rows, t = [], 0
+        sample_rows = []
+        # Python scalars for decode rows (most rows, one token each); numpy for prefill chunks.
         for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens)):
             start = seq.num_computed_tokens
-            token_ids[t:t + n] = seq.token_ids[start:start + n]
-            if seq.token_ids[start + n - 1] == PENDING_TOKEN:     # only the newest token can be
-                source_rows[t + n - 1] = pending_rows[id(seq)]
-            pos = np.arange(start, start + n)
-            positions[t:t + n] = pos
-            table = np.asarray(seq.block_table, np.int64)
-            slots[t:t + n] = table[pos // bs] * bs + pos % bs
+            table = seq.block_table_array()
+            if n == 1:
+                token = seq.token_ids[start]
+                if token == PENDING_TOKEN:
+                    source_rows[len(token_ids)] = pending_rows[id(seq)]
+                token_ids.append(token)
+                positions.append(start)
+                slots.append(int(table[start // bs]) * bs + start % bs)
+            else:
+                chunk = seq.token_ids[start:start + n]
+                if chunk[-1] == PENDING_TOKEN:            # only the newest token can be pending
+                    source_rows[len(token_ids) + n - 1] = pending_rows[id(seq)]
+                token_ids.extend(chunk)
+                pos = np.arange(start, start + n)
+                positions.extend(pos.tolist())
+                slots.extend((table[pos // bs] * bs + pos % bs).tolist())
             block_tables[i, :len(table)] = table
             query_lens[i] = n
             seq_lens[i] = start + n
-            t += n
             if id(seq) in sampling:
-                sample_rows.append(t - 1)
+                sample_rows.append(len(token_ids) - 1)
+        token_ids += [0] * pad
+        positions += [0] * pad
+        slots += [-1] * pad
+        sources = np.full(len(token_ids), -1, np.int64)
+        if source_rows:
+            sources[list(source_rows)] = list(source_rows.values())
         query_start = np.zeros(rows + 1, np.int32)
         np.cumsum(query_lens, out=query_start[1:])
-        return StepInputs(token_ids, source_rows, positions, slots, query_start, seq_lens, block_tables,
-                          np.asarray(sample_rows, np.int64))
+        return StepInputs(np.asarray(token_ids, np.int64), sources, np.asarray(positions, np.int64),
+                          np.asarray(slots, np.int64), query_start, np.asarray(seq_lens, np.int32),
+                          block_tables, np.asarray(sample_rows, np.int64))
 
     def _token_ids(self, inputs: StepInputs, previous: LaunchedStep | None) -> torch.Tensor:
         host_ids = self._dev(inputs.token_ids)

@@ -19,7 +19,8 @@ from engine.ops.base import AttentionMetadata, SamplingTensors
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 _PREFILL_TILE = 64
 _DECODE_THREADS = 128
-_MAX_PARTITION = 1024
+_MAX_PARTITION = 1024   # both as in attention_decode.cu
+_MIN_BLOCK_SIZE = 8
 
 
 def _dtype_name(t: torch.Tensor) -> str:
@@ -111,6 +112,8 @@ class CudaOps:
         dt = _dtype_name(q)
         if d not in (64, 128):
             raise ValueError(f"cuda attention supports head_dim 64 and 128, not {d}")
+        if bs < _MIN_BLOCK_SIZE:
+            raise ValueError(f"cuda attention needs KV blocks of at least {_MIN_BLOCK_SIZE} tokens, not {bs}")
         tables, max_blocks = meta.block_tables, meta.block_tables.shape[1]
         if meta.max_query_len == 1:
             self._decode(q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs)
