@@ -30,14 +30,14 @@ template <typename T, int DPT> struct Row { uint4 w[DPT * sizeof(T) / 16]; };
 // table in shared memory, starting at block `first`.
 template <typename T, int D, int DPT>
 __device__ __forceinline__ void load_rows(Row<T, DPT> (&rows)[unroll<T>()], const T* cache, const int* blocks,
-                                          int first, int bs, int nkv, int kvh, int j0, int end, int d0) {
+                                          int first, int bs_shift, int nkv, int kvh, int j0, int end, int d0) {
 #pragma unroll
     for (int u = 0; u < unroll<T>(); ++u) {
         const int j = j0 + u * KEY_LANES + threadIdx.x / DIM_LANES;
 #pragma unroll
         for (int w = 0; w < DPT * (int)sizeof(T) / 16; ++w) rows[u].w[w] = make_uint4(0, 0, 0, 0);
         if (j < end) {
-            const int64_t slot = (int64_t)blocks[j / bs - first] * bs + j % bs;
+            const int64_t slot = ((int64_t)blocks[(j >> bs_shift) - first] << bs_shift) + (j & ((1 << bs_shift) - 1));
             const uint4* p = reinterpret_cast<const uint4*>(cache + (slot * nkv + kvh) * D + d0);
 #pragma unroll
             for (int w = 0; w < DPT * (int)sizeof(T) / 16; ++w) rows[u].w[w] = p[w];
@@ -77,14 +77,15 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, const T* 
     for (int i = tid; i < G * D; i += THREADS)
         qs[i / D][i % D] = to_float(q[tok * q_stride + (int64_t)(kvh * G) * D + i]) * scale;
     // Row addresses then need no dependent global load of the block table.
-    const int first = start / bs;
-    for (int i = tid; i <= (end - 1) / bs - first; i += THREADS) blocks[i] = table[first + i];
+    const int bs_shift = __ffs(bs) - 1;            // the host keeps bs a power of two: no divisions per row
+    const int first = start >> bs_shift;
+    for (int i = tid; i <= ((end - 1) >> bs_shift) - first; i += THREADS) blocks[i] = table[first + i];
     __syncthreads();
 
     // Pass 1: scores.
     for (int j0 = start; j0 < end; j0 += KEY_LANES * unroll<T>()) {
         Row<T, DPT> rows[unroll<T>()];
-        load_rows<T, D, DPT>(rows, k_cache, blocks, first, bs, nkv, kvh, j0, end, d0);
+        load_rows<T, D, DPT>(rows, k_cache, blocks, first, bs_shift, nkv, kvh, j0, end, d0);
 #pragma unroll
         for (int u = 0; u < unroll<T>(); ++u) {
             const int j = j0 + u * KEY_LANES + key_lane;
@@ -131,7 +132,7 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, const T* 
         for (int c = 0; c < DPT; ++c) acc[g][c] = 0.f;
     for (int j0 = start; j0 < end; j0 += KEY_LANES * unroll<T>()) {
         Row<T, DPT> rows[unroll<T>()];
-        load_rows<T, D, DPT>(rows, v_cache, blocks, first, bs, nkv, kvh, j0, end, d0);
+        load_rows<T, D, DPT>(rows, v_cache, blocks, first, bs_shift, nkv, kvh, j0, end, d0);
 #pragma unroll
         for (int u = 0; u < unroll<T>(); ++u) {
             const int j = j0 + u * KEY_LANES + key_lane;
@@ -194,15 +195,19 @@ __device__ void attn_decode_reduce(const float* __restrict__ part_o, const float
     out[((int64_t)query_start_loc[b] * nh + h) * D + dim] = from_float<T>(l > 0.f ? o / l : 0.f);
 }
 
+// The model-sized case (16-bit cache, d=64, 3 heads per KV head) is held to 72
+// registers so 7 blocks share an SM: more warps to hide the loads' latency.
+#define BLOCKS_PER_SM(T, D, G) (sizeof(T) == 2 && D == 64 && G == 3 ? 7 : 1)
 #define DECODE(T, N, D, G)                                                                                      \
-    extern "C" __global__ void __launch_bounds__(THREADS) attn_decode_##N##_d##D##_g##G(                       \
+    extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM(T, D, G)) attn_decode_##N##_d##D##_g##G( \
         const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, const int* block_tables,             \
         int max_blocks, const int* seq_lens, const int* query_start_loc, T* out, float* part_o,                 \
         float2* part_ml, int nh, int nkv, int bs, int partition, int splits, float scale) {                     \
         attn_decode<T, D, G>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens,                 \
                              query_start_loc, out, part_o, part_ml, nh, nkv, bs, partition, splits, scale);     \
     }
-#define DECODE_ALL(T, N) DECODE(T, N, 64, 4) DECODE(T, N, 64, 8) DECODE(T, N, 128, 4) DECODE(T, N, 128, 8)
+#define DECODE_ALL(T, N) \
+    DECODE(T, N, 64, 3) DECODE(T, N, 64, 4) DECODE(T, N, 64, 8) DECODE(T, N, 128, 3) DECODE(T, N, 128, 4) DECODE(T, N, 128, 8)
 FOR_EACH_DTYPE(DECODE_ALL)
 
 #define DECODE_REDUCE(T, N)                                                                                   \

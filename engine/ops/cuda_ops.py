@@ -19,6 +19,7 @@ from engine.ops.base import AttentionMetadata, SamplingTensors
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 _PREFILL_TILE = 64
 _DECODE_THREADS = 128
+_DECODE_GROUPS = (3, 4, 8)   # query heads per KV head the decode kernel is built for
 _MAX_PARTITION = 1024   # both as in attention_decode.cu
 _MIN_BLOCK_SIZE = 8
 
@@ -64,7 +65,7 @@ class CudaOps:
             k["reduce", dt] = mods["attention_decode"].kernel(f"attn_decode_reduce_{dt}", "PPPPPiiii")
             for d in (64, 128):
                 k["prefill", dt, d] = mods["attention_prefill"].kernel(f"attn_prefill_{dt}_d{d}", "PlPPPiPPPiiif")
-                for g in (4, 8):
+                for g in _DECODE_GROUPS:
                     k["decode", dt, d, g] = mods["attention_decode"].kernel(
                         f"attn_decode_{dt}_d{d}_g{g}", "PlPPPiPPPPPiiiiif")
         self._k = k
@@ -112,8 +113,8 @@ class CudaOps:
         dt = _dtype_name(q)
         if d not in (64, 128):
             raise ValueError(f"cuda attention supports head_dim 64 and 128, not {d}")
-        if bs < _MIN_BLOCK_SIZE:
-            raise ValueError(f"cuda attention needs KV blocks of at least {_MIN_BLOCK_SIZE} tokens, not {bs}")
+        if bs < _MIN_BLOCK_SIZE or bs & (bs - 1):
+            raise ValueError(f"cuda attention needs KV blocks of a power of two >= {_MIN_BLOCK_SIZE} tokens, not {bs}")
         tables, max_blocks = meta.block_tables, meta.block_tables.shape[1]
         if meta.max_query_len == 1:
             self._decode(q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs)
@@ -142,7 +143,7 @@ class CudaOps:
             part_ml = torch.empty((B, nh, splits, 2), dtype=torch.float32, device=q.device)
         else:
             part_o = part_ml = None
-        self._k["decode", dt, d, 4 if G <= 4 else 8](
+        self._k["decode", dt, d, next(g for g in _DECODE_GROUPS if g >= G)](
             (splits, nkv, B), _DECODE_THREADS, q, q.stride(0), k_cache, v_cache, meta.block_tables,
             meta.block_tables.shape[1], meta.seq_lens, meta.query_start_loc, out, part_o, part_ml,
             nh, nkv, bs, partition, splits, float(scale), shared=G * partition * 4)
