@@ -75,6 +75,9 @@ class LLM:
         self.runner = ModelRunner(self.model, self.kv_cache, block_size, self.device, graphs)
         self._next_request_id = 0
         self._in_flight = None     # the launched step whose tokens the host has not read yet
+        # Host seconds per phase of step(); read_and_finish includes waiting for the GPU
+        # (runner.syncs.wait_s): a host-bound loop shows little wait.
+        self.host_time = dict.fromkeys(("schedule", "launch", "read_and_finish", "commit"), 0.0)
 
     # ------------------------------------------------------------ set-up
 
@@ -151,16 +154,26 @@ class LLM:
         """Launch one engine step, then take in the previous step's tokens (which
         the GPU has usually finished while this one was prepared); return the
         sequences that finished."""
+        clock = self.host_time
+        t0 = time.perf_counter()
         batch = self.scheduler.schedule()
+        t1 = time.perf_counter()
         launched = self.runner.launch(batch, batch.sampling_seqs(), self._in_flight) if batch.seqs else None
+        t2 = time.perf_counter()
         finished = self._take_tokens(self._in_flight, work_queued_behind=launched is not None) \
             if self._in_flight else []
+        t3 = time.perf_counter()
         self.scheduler.commit(batch)
         self._in_flight = launched
         if launched:
             for seq in launched.seqs:
                 seq.out_of_budget = seq.num_output_tokens >= seq.sampling.max_tokens \
                     or seq.num_tokens >= self.max_model_len
+        t4 = time.perf_counter()
+        clock["schedule"] += t1 - t0
+        clock["launch"] += t2 - t1
+        clock["read_and_finish"] += t3 - t2
+        clock["commit"] += t4 - t3
         return finished
 
     def _take_tokens(self, step, work_queued_behind: bool) -> list[Sequence]:
@@ -283,7 +296,8 @@ class LLM:
         return {"steps": self.scheduler.stats.steps, "preemptions": self.scheduler.stats.preemptions,
                 "prefix_cache_queries": pc.queries, "prefix_cache_hits": pc.hits,
                 "prefix_cache_hit_tokens": pc.hit_tokens, "host_syncs": self.runner.syncs.count,
-                "lagged_reads": self.runner.syncs.lagged_reads,
+                "lagged_reads": self.runner.syncs.lagged_reads, "gpu_wait_s": self.runner.syncs.wait_s,
+                **{f"host_{phase}_s": seconds for phase, seconds in self.host_time.items()},
                 "kv_cache_blocks": self.block_manager.num_blocks, "block_size": self.block_size}
 
 

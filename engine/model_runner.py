@@ -22,6 +22,10 @@ from engine.sequence import PENDING_TOKEN, Sequence
 from engine.sync import HostSyncCounter
 
 
+_TORCH_DTYPES = {np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32,
+                 np.dtype(np.float32): torch.float32}
+
+
 @dataclass
 class LaunchedStep:
     """A step in flight: one sampled token per row of `seqs`, on the device."""
@@ -65,12 +69,17 @@ class ModelRunner:
             and len(sampling_seqs) == len(batch.seqs)
         bucket = self.graphs.bucket_for(len(batch.seqs)) if self.graphs and decode_only else None
         inputs = self._host_inputs(batch, sampling_seqs, previous, pad_to=bucket)
-        sampling = self._sampling_tensors(sampling_seqs, pad_to=bucket)
+        params = self._sampling_arrays(sampling_seqs, pad_to=bucket)
+        dev = self._upload({**vars(inputs), **params})
+        sampling = SamplingTensors(dev["temperature"], dev["top_k"], dev["top_p"], dev["seeds"], dev["counters"],
+                                   all_greedy=all(s.sampling.greedy for s in sampling_seqs),
+                                   any_filter=any(s.sampling.top_k > 0 or s.sampling.top_p < 1
+                                                  for s in sampling_seqs))
         if bucket is not None:
-            tokens = self.graphs.replay(bucket, self._token_ids(inputs, previous), self._dev(inputs.positions),
-                                        self._metadata(inputs), sampling)
+            tokens = self.graphs.replay(bucket, self._token_ids(inputs, dev, previous), dev["positions"],
+                                        self._metadata(inputs, dev), sampling)
         else:
-            logits = self._logits(inputs, previous)
+            logits = self._logits(inputs, dev, previous)
             if not sampling_seqs:
                 return None
             tokens = self.model.ops.sample(logits, sampling)
@@ -86,15 +95,15 @@ class ModelRunner:
     @torch.inference_mode()
     def logits(self, batch: ScheduledBatch, sampling_seqs: list[Sequence]) -> torch.Tensor:
         """Run the batch eagerly; logits [len(sampling_seqs), V] at each sampling sequence's last token."""
-        return self._logits(self._host_inputs(batch, sampling_seqs, None), None)
+        inputs = self._host_inputs(batch, sampling_seqs, None)
+        return self._logits(inputs, self._upload(vars(inputs)), None)
 
     # ------------------------------------------------------------ inputs
 
-    def _logits(self, inputs: StepInputs, previous: LaunchedStep | None) -> torch.Tensor:
-        meta = self._metadata(inputs)
-        hidden = self.model.forward(self._token_ids(inputs, previous), self._dev(inputs.positions), meta,
-                                    self.kv_cache)
-        return self.model.logits(hidden[self._dev(inputs.sample_rows)])
+    def _logits(self, inputs: StepInputs, dev: dict, previous: LaunchedStep | None) -> torch.Tensor:
+        hidden = self.model.forward(self._token_ids(inputs, dev, previous), dev["positions"],
+                                    self._metadata(inputs, dev), self.kv_cache)
+        return self.model.logits(hidden[dev["sample_rows"]])
 
     def _host_inputs(self, batch: ScheduledBatch, sampling_seqs: list[Sequence],
                      previous: LaunchedStep | None, pad_to: int | None = None) -> StepInputs:
@@ -146,47 +155,46 @@ class ModelRunner:
                           np.asarray(slots, np.int64), query_start, np.asarray(seq_lens, np.int32),
                           block_tables, np.asarray(sample_rows, np.int64))
 
-    def _token_ids(self, inputs: StepInputs, previous: LaunchedStep | None) -> torch.Tensor:
-        host_ids = self._dev(inputs.token_ids)
+    def _token_ids(self, inputs: StepInputs, dev: dict, previous: LaunchedStep | None) -> torch.Tensor:
         if not (inputs.source_rows >= 0).any():
-            return host_ids
+            return dev["token_ids"]
         # Pending tokens come from the previous step's output, still on the device.
-        source = self._dev(inputs.source_rows)
-        return torch.where(source >= 0, previous.tokens[source.clamp_min(0)], host_ids)
+        source = dev["source_rows"]
+        return torch.where(source >= 0, previous.tokens[source.clamp_min(0)], dev["token_ids"])
 
-    def _metadata(self, inputs: StepInputs) -> AttentionMetadata:
+    @staticmethod
+    def _metadata(inputs: StepInputs, dev: dict) -> AttentionMetadata:
         query_lens = np.diff(inputs.query_start)
         return AttentionMetadata(
-            query_start_loc=self._dev(inputs.query_start),
-            seq_lens=self._dev(inputs.seq_lens),
-            block_tables=self._dev(inputs.block_tables),
-            slot_mapping=self._dev(inputs.slots),
-            max_query_len=int(query_lens.max()),
-            max_seq_len=int(inputs.seq_lens.max()),
-            query_lens_host=query_lens.tolist(),
-            seq_lens_host=inputs.seq_lens.tolist())
+            query_start_loc=dev["query_start"], seq_lens=dev["seq_lens"], block_tables=dev["block_tables"],
+            slot_mapping=dev["slots"], max_query_len=int(query_lens.max()), max_seq_len=int(inputs.seq_lens.max()),
+            query_lens_host=query_lens.tolist(), seq_lens_host=inputs.seq_lens.tolist())
 
-    def _sampling_tensors(self, seqs: list[Sequence], pad_to: int | None = None) -> SamplingTensors:
-        params = [s.sampling for s in seqs]
+    @staticmethod
+    def _sampling_arrays(seqs: list[Sequence], pad_to: int | None = None) -> dict[str, np.ndarray]:
         pad = (pad_to or len(seqs)) - len(seqs)
+        params = [s.sampling for s in seqs]
+        return {"temperature": np.asarray([p.temperature for p in params] + [0.0] * pad, np.float32),
+                "top_k": np.asarray([p.top_k for p in params] + [0] * pad, np.int32),
+                "top_p": np.asarray([p.top_p for p in params] + [1.0] * pad, np.float32),
+                "seeds": np.asarray([s.seed for s in seqs] + [0] * pad, np.int64),
+                "counters": np.asarray([s.num_output_tokens for s in seqs] + [0] * pad, np.int64)}
 
-        def dev(values, dtype, fill):
-            return self._dev(np.asarray(list(values) + [fill] * pad, dtype))
-        return SamplingTensors(
-            temperature=dev((p.temperature for p in params), np.float32, 0.0),
-            top_k=dev((p.top_k for p in params), np.int32, 0),
-            top_p=dev((p.top_p for p in params), np.float32, 1.0),
-            seeds=dev((s.seed for s in seqs), np.int64, 0),
-            counters=dev((s.num_output_tokens for s in seqs), np.int64, 0),
-            all_greedy=all(p.greedy for p in params),
-            any_filter=any(p.top_k > 0 or p.top_p < 1 for p in params))
-
-    def _dev(self, values: np.ndarray) -> torch.Tensor:
-        host = torch.from_numpy(values)
-        if self.device.type != "cuda":
-            return host.to(self.device)
-        # Pinned staging makes the copy asynchronous: the host does not wait for it.
-        return host.pin_memory().to(self.device, non_blocking=True)
+    def _upload(self, arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """All of a step's host arrays to the device in one copy: packed at 16-byte
+        offsets into one pinned buffer (pinned: the copy is asynchronous), then viewed
+        back as typed tensors on the device."""
+        offsets, total = {}, 0
+        for name, a in arrays.items():
+            offsets[name] = total
+            total += -(-a.nbytes // 16) * 16
+        staging = torch.empty(max(total, 16), dtype=torch.uint8, pin_memory=self.device.type == "cuda")
+        packed = staging.numpy()
+        for name, a in arrays.items():
+            packed[offsets[name]:offsets[name] + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+        on_device = staging.to(self.device, non_blocking=True)
+        return {name: on_device[offsets[name]:offsets[name] + a.nbytes].view(_TORCH_DTYPES[a.dtype]).view(a.shape)
+                for name, a in arrays.items()}
 
     def _copy_out(self, seqs: list[Sequence], indices: list[int], tokens: torch.Tensor) -> LaunchedStep:
         if self.device.type != "cuda":

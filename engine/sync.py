@@ -8,6 +8,8 @@ Two kinds of wait, counted apart:
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
 
@@ -15,10 +17,13 @@ class HostSyncCounter:
     def __init__(self) -> None:
         self.count = 0          # syncs
         self.lagged_reads = 0
+        self.wait_s = 0.0       # host seconds spent blocked in either
 
     def wait(self, event: torch.cuda.Event, work_queued_behind: bool) -> None:
         if work_queued_behind:
             self.lagged_reads += 1
         else:
             self.count += 1
+        start = time.perf_counter()
         event.synchronize()
+        self.wait_s += time.perf_counter() - start

@@ -23,18 +23,23 @@ def run(workload: Workload, model: str, backend: str = "auto", max_num_seqs: int
     if on_gpu:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    steps0, syncs0 = llm.stats["steps"], llm.stats["host_syncs"]
+    before = llm.stats
     start = time.perf_counter()
     outputs = llm.generate([r.prompt for r in requests], params)
     wall = time.perf_counter() - start
-    steps = llm.stats["steps"] - steps0
-    extra = {"steps": steps, "syncs_per_step": (llm.stats["host_syncs"] - syncs0) / max(steps, 1),
-             "preemptions": llm.stats["preemptions"]}
+    after = llm.stats
+    steps = after["steps"] - before["steps"]
+    extra = {"steps": steps, "syncs_per_step": (after["host_syncs"] - before["host_syncs"]) / max(steps, 1),
+             "preemptions": after["preemptions"] - before["preemptions"]}
+    # Where the host's time went (the GPU wait is inside read_and_finish).
+    host = {k: round(after[k] - before[k], 4) for k in after if k.startswith("host_") and k.endswith("_s")}
+    host["gpu_wait_s"] = round(after["gpu_wait_s"] - before["gpu_wait_s"], 4)
     if on_gpu:
         extra["peak_gpu_mem_bytes"] = torch.cuda.max_memory_allocated()
     completions = [Completion(i, len(o.prompt_token_ids), o.token_ids, o.finish_reason, o.arrival_time,
                               o.token_times, o.finish_time) for i, o in enumerate(outputs)]
     config = {"engine": "ours", "backend": llm.backend, "dtype": str(llm.dtype).removeprefix("torch."),
               "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
-              "kv_cache_blocks": llm.stats["kv_cache_blocks"], "block_size": llm.stats["block_size"]}
+              "kv_cache_blocks": after["kv_cache_blocks"], "block_size": after["block_size"]}
+    print("host seconds by phase:", host)
     return EngineRun("ours", config, completions, wall, extra)
