@@ -29,6 +29,7 @@ print('memcheck run done:', repr(outs[0].text))"
 step kernels python3 benchmarks/kernels.py
 step decode-step python3 benchmarks/decode_step.py
 step decode-step-b1 python3 benchmarks/decode_step.py --batch 1 --context 256
+step host-profile python3 benchmarks/host_profile.py --workload fixed-256x128x128
 # HF runs beside ours where the targets are ratios to it; nano-bench's target is absolute
 # (and HF needs minutes for it).
 bench() {  # bench WORKLOAD ENGINE_ARGS...
