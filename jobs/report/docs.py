@@ -15,7 +15,7 @@ from typing import Callable
 
 from jobs.atomic import atomic_write_texts
 from jobs.report.format import format_target, format_time, format_value, metric_label, unit_of
-from jobs.report.queries import load_board, load_latest_figures
+from jobs.report.queries import SUPERSEDED_NOTE, evidence_superseded, load_board, load_latest_figures
 from jobs.store.db import Store
 
 MAX_CELL = 220
@@ -58,8 +58,9 @@ def status_tables(store: Store) -> list[Table]:
     table = Table(None, ["Row", "Title", "Status", "Value", "Target", RUN, "Run started", "Reason"])
     for r in load_board(store):
         unit = unit_of(r.metric, r.unit)
+        value = format_value(r.value, unit)
         table.rows.append([
-            r.roadmap_row_id, r.title, r.status, format_value(r.value, unit),
+            r.roadmap_row_id, r.title, r.status, f"{value} ({SUPERSEDED_NOTE})" if evidence_superseded(r) else value,
             format_target(r.comparison, r.threshold, r.peer_engine, r.target, unit),
             r.run_id or "—", format_time(r.run_started_at), r.reason,
         ])

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from jobs.atomic import atomic_write_texts
 from jobs.report.format import format_target, format_time, format_value, metric_label, unit_of
-from jobs.report.queries import DashboardData, age_days, load_dashboard_data, series_of
+from jobs.report.queries import (SUPERSEDED_NOTE, DashboardData, age_days, evidence_superseded, load_dashboard_data,
+                                 series_of)
 from jobs.report.svg import history_plot, latency_plot
 from jobs.store.db import Store
 from jobs.store.models import utcnow
@@ -83,7 +84,7 @@ def roadmap_table(board: list, now: datetime) -> str:
             + _cell(format_target(r.comparison, r.threshold, r.peer_engine, r.target, unit), "num")
             + f"<td>{_run_ref(r.run_id)}</td>"
             + _cell(age_text, "num old" if age is not None and age > r.max_age_days else "num")
-            + _cell(r.reason)
+            + _cell(f"{r.reason} ({SUPERSEDED_NOTE})" if evidence_superseded(r) else r.reason)
             + "</tr>")
     return (
         '<label><input type="checkbox" id="only-open"> only rows that are not PASS</label>'

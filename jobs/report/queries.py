@@ -15,7 +15,7 @@ from jobs.store.views import VIEWS
 
 BOARD = text("SELECT * FROM v_roadmap_board ORDER BY roadmap_row_id").columns(
     threshold=Float, value=Float, peer_value=Float, target=Float, max_age_days=Float,
-    evaluated_at=DateTime, run_started_at=DateTime, run_finished_at=DateTime,
+    evaluated_at=DateTime, run_started_at=DateTime, run_finished_at=DateTime, evidence_current=Integer,
 )
 HISTORY = text(
     "SELECT roadmap_row_id, run_id, started_at, value, target FROM v_roadmap_history "
@@ -92,3 +92,11 @@ def age_days(row, now: datetime) -> float | None:
     """Days since a board row's evidence run finished (or started, if it never finished)."""
     when = row.run_finished_at or row.run_started_at
     return None if when is None else (now - when).total_seconds() / 86400
+
+
+SUPERSEDED_NOTE = "superseded since the gates were evaluated; run `roadgate gates evaluate`"
+
+
+def evidence_superseded(row) -> bool:
+    """The board row's value is no longer what its run holds: a correction landed after the evaluation."""
+    return row.evidence_current == 0

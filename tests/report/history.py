@@ -1,8 +1,9 @@
 """A constructed history the report tests read back: what each view must return follows from it.
 
-Three roadmap rows: a throughput row judged against the peer engine (40 nightly
-runs with a planted step down at night STEP, so one change point), a latency row
-on another workload whose newest run failed, and a row never measured.
+Four roadmap rows: a throughput row judged against the peer engine (40 nightly
+runs with a planted step down at night STEP, so one change point), an agreement
+row on the same runs that passes, a latency row on another workload whose newest
+run failed, and a row never measured.
 """
 from __future__ import annotations
 
@@ -26,10 +27,12 @@ ROWS = [
          max_age_days=3, validity=VALIDITY),
     dict(id="ROAD-T-TTFT", title="batch-1 TTFT at most 20 ms | on one H200", metric="ttft_p50_s", engine="ours",
          comparison="<=", threshold=0.02, workload="latency-b1", hardware="H200", max_age_days=3, validity=VALIDITY),
+    dict(id="ROAD-T-AGREE", title="ours agrees with hf on nano-bench", metric="agreement", engine="ours",
+         comparison=">=", threshold=0.95, workload="nano-bench", hardware="H200", max_age_days=3, validity=VALIDITY),
     dict(id="ROAD-T-CPU", title="CPU agreement", metric="agreement", engine="ours", comparison=">=", threshold=0.99,
          workload="cpu-small", hardware="cpu", max_age_days=14, validity={"preflight_quiet": False}),
 ]
-STATUS = {"ROAD-T-TPUT": "GATING", "ROAD-T-TTFT": "INVALID", "ROAD-T-CPU": "NO_DATA"}
+STATUS = {"ROAD-T-TPUT": "GATING", "ROAD-T-TTFT": "INVALID", "ROAD-T-AGREE": "PASS", "ROAD-T-CPU": "NO_DATA"}
 
 
 def latency(engine: str, kind: str, p50: float) -> list[MetricRecord]:
