@@ -159,10 +159,12 @@ def compare(label: str, doc: Document, published: list[Table], data: list[Table]
 
     published_by_section = {t.section: t for t in published}
     data_by_section = {t.section: t for t in data}
-    for section in data_by_section.keys() - published_by_section.keys():
-        differ(_section_name(section), "section is missing from the docs")
-    for section in published_by_section.keys() - data_by_section.keys():
-        differ(_section_name(section), "section has no data behind it")
+    for section in data_by_section:
+        if section not in published_by_section:
+            differ(_section_name(section), "section is missing from the docs")
+    for section in published_by_section:
+        if section not in data_by_section:
+            differ(_section_name(section), "section has no data behind it")
     for section, want in data_by_section.items():
         have = published_by_section.get(section)
         if have is None:
@@ -180,7 +182,7 @@ def compare(label: str, doc: Document, published: list[Table], data: list[Table]
             for column in want.columns[doc.key_columns:]:
                 if column in have.columns and cells.get(column) != row[column]:
                     differ(where, _cell_difference(column, cells, row))
-        for key in have_rows.keys() - want_rows.keys():
+        for key in [k for k in have_rows if k not in want_rows]:
             where = " ".join(filter(None, [_section_name(section), " ".join(key)]))
             differ(where, "row is in the docs but not in the data (no current run or roadmap row backs it)")
     return differences
@@ -194,10 +196,11 @@ def _cell_difference(column: str, published: dict, data: dict) -> str:
 
 
 def _documents(store: Store) -> dict[Document, tuple[list[Table], str]]:
+    """Each document's text, and its tables as read back from that text (cells escaped and cut as published)."""
     result = {}
     for doc in DOCUMENTS:
-        tables = doc.tables(store)
-        result[doc] = (tables, render_markdown(doc, tables))
+        text = render_markdown(doc, doc.tables(store))
+        result[doc] = (parse_tables(text), text)
     return result
 
 

@@ -7,6 +7,7 @@ from sqlalchemy import text
 from jobs.report.queries import (BOARD, CHANGE_POINTS, HISTORY, LATENCIES, LATEST_FIGURES, RECENT_RUNS,
                                  evidence_superseded)
 from jobs.store import MetricRecord, supersede_metric
+from jobs.store.views import dashboard_names, dashboard_sql
 from tests.report.history import NIGHTS, STATUS, STEP, build_history, ours_tok_s
 from tests.store_support import EPOCH
 
@@ -112,3 +113,20 @@ def test_a_correction_after_evaluation_marks_the_board_and_moves_the_figures(sto
               if f.workload == "nano-bench"}
     assert latest[("ours", "output_tok_s")] == (new_id, 900.0)
     assert [p.value for p in read(store, HISTORY) if p.roadmap_row_id == "ROAD-T-TPUT"][-1] == 900.0
+
+
+DASHBOARD_PARAMS = {
+    "metric_trend": dict(workload="nano-bench", hardware_class="H200", engine="ours", metric="output_tok_s"),
+    "roadmap_history": dict(roadmap_row_id="ROAD-T-TPUT"),
+}
+DASHBOARD_ROWS = {"roadmap_status": 4, "roadmap_history": NIGHTS, "metric_trend": NIGHTS, "recent_regressions": 1,
+                  "latency_distributions": 7, "recent_runs": NIGHTS + 3, "latest_figures": 18}
+
+
+def test_every_named_dashboard_query_returns_what_the_history_implies(built):
+    store, _ = built
+    assert dashboard_names() == sorted(DASHBOARD_ROWS)
+    with store.engine.connect() as conn:
+        counts = {name: len(conn.execute(text(dashboard_sql(name)), DASHBOARD_PARAMS.get(name, {})).all())
+                  for name in dashboard_names()}
+    assert counts == DASHBOARD_ROWS
