@@ -14,6 +14,7 @@ from jobs.report.format import format_time, format_value
 
 WIDTH, HEIGHT = 760, 200
 LEFT, RIGHT, TOP, BOTTOM = 78, 16, 12, 28
+EMPTY_HEIGHT = 40
 
 
 @dataclass(frozen=True)
@@ -85,11 +86,12 @@ def history_plot(row_id: str, points: list, change_points: list, evidence_run_id
     `points` have .started_at, .value, .target, .run_id (oldest first); `change_points`
     have .after_started_at, .is_regression, .change_percent, .mean_before, .mean_after.
     """
+    height = HEIGHT if points else EMPTY_HEIGHT
     head = (f'<svg class="plot history" data-row="{escape(row_id)}" data-marks="{len(points)}" '
-            f'viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" '
+            f'viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" role="img" '
             f'aria-label="{escape(label)}">')
     if not points:
-        return head + _text(WIDTH / 2, HEIGHT / 2, "no measurements yet", cls="empty") + "</svg>"
+        return head + _text(WIDTH / 2, height / 2 + 4, "no measurements yet", cls="empty") + "</svg>"
     times = [_seconds(p.started_at) for p in points]
     t_lo, t_hi = (times[0] - 86400, times[-1] + 86400) if times[0] == times[-1] else (times[0], times[-1])
     x = Scale(t_lo, t_hi, LEFT, WIDTH - RIGHT)
@@ -139,7 +141,7 @@ def latency_plot(latency: str, rows: list) -> str:
     A log axis when the figures span more than 30x (CPU and GPU runs side by side).
     """
     rows = [r for r in rows if r.p50 is not None and r.p99 is not None]
-    height = TOP + BOTTOM + LATENCY_ROW * max(len(rows), 1)
+    height = TOP + BOTTOM + LATENCY_ROW * len(rows) if rows else EMPTY_HEIGHT
     left = 230
     head = (f'<svg class="plot latency" data-latency="{escape(latency)}" data-marks="{len(rows)}" '
             f'viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" role="img" '
