@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from html import escape
 
+import numpy as np
+
 from jobs.report.format import format_time, format_value
 
 WIDTH, HEIGHT = 760, 200
@@ -19,16 +21,16 @@ EMPTY_HEIGHT = 40
 
 @dataclass(frozen=True)
 class Scale:
-    """Maps a data interval onto a pixel interval (log10 when `log`)."""
+    """Maps a data interval onto a pixel interval (log10 when `log`); takes numbers or numpy arrays."""
     lo: float
     hi: float
     px_lo: float
     px_hi: float
     log: bool = False
 
-    def __call__(self, v: float) -> float:
-        lo, hi = (math.log10(self.lo), math.log10(self.hi)) if self.log else (self.lo, self.hi)
-        v = math.log10(v) if self.log else v
+    def __call__(self, v):
+        lo, hi = (np.log10(self.lo), np.log10(self.hi)) if self.log else (self.lo, self.hi)
+        v = np.log10(v) if self.log else v
         return self.px_lo + (v - lo) / (hi - lo) * (self.px_hi - self.px_lo)
 
 
@@ -59,24 +61,17 @@ def _text(x: float, y: float, label: str, anchor: str = "middle", cls: str = "ti
     return f'<text class="{cls}" x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}">{escape(label)}</text>'
 
 
-def _polyline(points: list[tuple[float, float]], cls: str) -> str:
-    coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+def _polyline(xs: np.ndarray, ys: np.ndarray, cls: str) -> str:
+    # One %-format over all coordinates: a plot of 5 years of nightlies has ~2,000 points.
+    coords = " ".join(["%.1f,%.1f"] * len(xs)) % tuple(np.column_stack([xs, ys]).ravel().tolist())
     return f'<polyline class="{cls}" points="{coords}"/>'
 
 
-def _segments(xs: list[float], ys: list[float | None]) -> list[list[tuple[float, float]]]:
-    """Runs of consecutive defined values (a ratio target is undefined where the peer never ran)."""
-    runs, current = [], []
-    for x, y in zip(xs, ys):
-        if y is None:
-            if current:
-                runs.append(current)
-            current = []
-        else:
-            current.append((x, y))
-    if current:
-        runs.append(current)
-    return runs
+def _defined_runs(ys: np.ndarray) -> list[slice]:
+    """Slices of consecutive defined (non-NaN) values: a ratio target is undefined where the peer never ran."""
+    defined = np.concatenate([[False], ~np.isnan(ys), [False]])
+    edges = np.flatnonzero(np.diff(defined.astype(np.int8)))
+    return [slice(start, stop) for start, stop in zip(edges[::2], edges[1::2])]
 
 
 def history_plot(row_id: str, points: list, change_points: list, evidence_run_id: str | None,
@@ -92,12 +87,16 @@ def history_plot(row_id: str, points: list, change_points: list, evidence_run_id
             f'aria-label="{escape(label)}">')
     if not points:
         return head + _text(WIDTH / 2, height / 2 + 4, "no measurements yet", cls="empty") + "</svg>"
-    times = [_seconds(p.started_at) for p in points]
-    t_lo, t_hi = (times[0] - 86400, times[-1] + 86400) if times[0] == times[-1] else (times[0], times[-1])
+    times = (np.array([p.started_at for p in points], dtype="datetime64[us]").astype(np.int64) / 1e6)
+    values = np.array([p.value for p in points], dtype=float)
+    targets = np.array([np.nan if p.target is None else p.target for p in points], dtype=float)
+    t_lo, t_hi = float(times[0]), float(times[-1])
+    if t_lo == t_hi:
+        t_lo, t_hi = t_lo - 86400, t_hi + 86400
     x = Scale(t_lo, t_hi, LEFT, WIDTH - RIGHT)
-    values = [p.value for p in points] + [p.target for p in points if p.target is not None]
-    y = Scale(*padded(min(values), max(values)), HEIGHT - BOTTOM, TOP)
-    xs = [x(t) for t in times]
+    y = Scale(*padded(float(min(values.min(), np.nanmin(targets, initial=np.inf))),
+                      float(max(values.max(), np.nanmax(targets, initial=-np.inf)))), HEIGHT - BOTTOM, TOP)
+    xs, value_ys, target_ys = x(times), y(values), y(targets)
     parts = [head, f'<rect class="frame" x="{LEFT}" y="{TOP}" width="{WIDTH - LEFT - RIGHT}" '
                    f'height="{HEIGHT - TOP - BOTTOM}"/>']
     for tick in nice_ticks(y.lo, y.hi):
@@ -115,17 +114,19 @@ def history_plot(row_id: str, points: list, change_points: list, evidence_run_id
             f'<line class="change-point {kind}" x1="{cx:.1f}" x2="{cx:.1f}" y1="{TOP}" y2="{HEIGHT - BOTTOM}">'
             f'<title>{kind} {cp.change_percent:+.1f}% ({format_value(cp.mean_before, unit)} → '
             f'{format_value(cp.mean_after, unit)}) from {format_time(cp.after_started_at)}</title></line>')
-    for segment in _segments(xs, [None if p.target is None else y(p.target) for p in points]):
-        parts.append(_polyline(segment if len(segment) > 1 else segment + [(segment[0][0] + 1, segment[0][1])],
-                               "target"))
-    parts.append(_polyline(list(zip(xs, (y(p.value) for p in points))), "series"))
+    for run in _defined_runs(targets):
+        run_xs, run_ys = xs[run], target_ys[run]
+        if len(run_xs) == 1:  # one defined target: a short tick, so it still shows
+            run_xs, run_ys = np.array([run_xs[0] - 2, run_xs[0] + 2]), np.repeat(run_ys, 2)
+        parts.append(_polyline(run_xs, run_ys, "target"))
+    parts.append(_polyline(xs, value_ys, "series"))
     if len(points) <= 60:  # few enough to mark each one
-        parts += [f'<circle class="point" cx="{px:.1f}" cy="{y(p.value):.1f}" r="2.5"><title>'
+        parts += [f'<circle class="point" cx="{px:.1f}" cy="{py:.1f}" r="2.5"><title>'
                   f'{escape(format_value(p.value, unit))} · {format_time(p.started_at)} · run {escape(p.run_id)}'
-                  f'</title></circle>' for px, p in zip(xs, points)]
-    for px, p in zip(xs, points):
+                  f'</title></circle>' for px, py, p in zip(xs, value_ys, points)]
+    for px, py, p in zip(xs, value_ys, points):
         if p.run_id == evidence_run_id:
-            parts.append(f'<circle class="evidence" cx="{px:.1f}" cy="{y(p.value):.1f}" r="4.5"><title>evidence: '
+            parts.append(f'<circle class="evidence" cx="{px:.1f}" cy="{py:.1f}" r="4.5"><title>evidence: '
                          f'{escape(format_value(p.value, unit))} · run {escape(p.run_id)}</title></circle>')
     parts.append("</svg>")
     return "".join(parts)
