@@ -36,9 +36,9 @@ RECENT_RUNS = text(
 ).columns(
     started_at=DateTime, finished_at=DateTime, agreement=Float, metric_count=Integer, git_dirty=Boolean,
 )
-LATEST_FIGURES = text(
-    "SELECT * FROM v_latest_figures ORDER BY workload, hardware_class, engine, metric"
-).columns(started_at=DateTime, value=Float)
+# Unordered: the docs group and sort these few hundred rows themselves, and an ORDER BY here makes
+# SQLite re-run the newest-run lookup per row (1.8 s instead of 0.08 s over 5 years of nightlies).
+LATEST_FIGURES = text("SELECT * FROM v_latest_figures").columns(started_at=DateTime, value=Float)
 
 
 class StoreNotReady(RuntimeError):
