@@ -63,6 +63,10 @@ class DashboardData:
 def load_dashboard_data(store: Store, recent_runs: int) -> DashboardData:
     require_views(store)
     with store.engine.connect() as conn:
+        if conn.dialect.name == "postgresql":
+            # PostgreSQL's JIT spends longer compiling the history query than running it (2.0 s vs 0.9 s
+            # over 5 years of nightlies); SET LOCAL ends with this read-only transaction.
+            conn.execute(text("SET LOCAL jit = off"))
         board = conn.execute(BOARD).all()
         history: dict[str, list] = {row.roadmap_row_id: [] for row in board}
         for point in conn.execute(HISTORY):
