@@ -13,7 +13,7 @@ def built(request, tmp_path_factory):
         url = f"sqlite:///{tmp / 'roadgate.db'}"
     else:
         url = new_schema_url(request.getfixturevalue("pg_database"))
-    store = open_store(url, str(tmp / "requests"))
-    upgrade(store.engine)
-    yield store, build_history(store)
-    store.engine.dispose()
+    built_store = open_store(url, str(tmp / "requests"))
+    upgrade(built_store.engine)
+    yield built_store, build_history(built_store)
+    built_store.engine.dispose()
