@@ -83,8 +83,11 @@ def roadmap_rows() -> list[dict]:
     return rows
 
 
-def load_history(store) -> int:
-    """Five years of nightly runs for every workload x hardware, both engines, every metric."""
+def load_history(store, with_distributions: bool = False) -> int:
+    """Five years of nightly runs for every workload x hardware, both engines, every metric.
+
+    with_distributions: also the summary (count, p50, p90, p99, mean, std) bench stores with each metric.
+    """
     rng = np.random.default_rng(1)
     runs, metrics = [], []
     for night in range(NIGHTS):
@@ -97,7 +100,9 @@ def load_history(store) -> int:
                                  preflight={}, fingerprint=fingerprint(w, h, None, {}), recorded_at=at))
                 values = rng.random(len(METRICS) * len(ENGINES))
                 metrics += [dict(run_id=run_id, engine=e, metric=m, unit=spec.unit, better=spec.better,
-                                 value=float(v), count=256, recorded_at=at)
+                                 value=float(v), count=256, recorded_at=at,
+                                 **(dict(p50=float(v), p90=1.5 * v, p99=3 * v, mean=1.2 * v, std=v / 2)
+                                    if with_distributions else {}))
                             for v, (e, (m, spec)) in zip(values, ((e, ms) for e in ENGINES for ms in METRICS.items()))]
     with store.engine.begin() as conn:
         for start in range(0, len(runs), 5000):

@@ -28,3 +28,30 @@ def atomic_parquet_writer(path: str | Path, schema: pa.Schema) -> Iterator[pq.Pa
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_texts(contents: dict[Path, str]) -> None:
+    """Writes each file under a temporary name first, then renames them all into place.
+
+    Nothing is renamed until every file is written and synced, so a failure leaves
+    the old files as they were (a crash between two renames can still mix old and new).
+    """
+    written: list[tuple[str, Path]] = []
+    try:
+        for path, text in contents.items():
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            written.append((tmp, path))
+            os.fchmod(fd, 0o644)  # mkstemp makes 0600; these files are for readers
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        for tmp, path in written:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in written:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        raise

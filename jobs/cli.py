@@ -11,7 +11,7 @@ import importlib
 import logging
 import sys
 
-COMMANDS = ["jobs.generate", "jobs.bench", "jobs.store_cli", "jobs.preflight"]
+COMMANDS = ["jobs.generate", "jobs.bench", "jobs.store_cli", "jobs.preflight", "jobs.report_cli"]
 
 
 class UsageError(Exception):

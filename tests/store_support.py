@@ -27,12 +27,17 @@ def pg_database():
         conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
-@pytest.fixture
-def pg_url(pg_database):
+def new_schema_url(pg_database: str) -> str:
+    """A URL into a fresh, empty schema of the test database."""
     schema = f"t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_database, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
     return f"{pg_database}?options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture
+def pg_url(pg_database):
+    return new_schema_url(pg_database)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

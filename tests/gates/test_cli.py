@@ -37,4 +37,5 @@ def test_upgrade_evaluate_status_regressions(roadgate, db_url, capsys):
 def test_bad_input_is_one_line_and_exit_2(roadgate, capsys):
     assert roadgate(["db", "query", "no_such_query"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "roadgate db: error: unknown query 'no_such_query' (known: metric_trend, recent_regressions, roadmap_status)")
+        "roadgate db: error: unknown query 'no_such_query' (known: latency_distributions, latest_figures, metric_trend, "
+        "recent_regressions, recent_runs, roadmap_history, roadmap_status)")

@@ -1,0 +1,9 @@
+"""Reports from the results store: the HTML dashboard and the published Markdown docs.
+
+The nightly DAG's report task calls render_dashboard, write_docs and check_docs.
+"""
+from jobs.report.docs import DocsDifference, check_docs, write_docs
+from jobs.report.html import render_dashboard
+from jobs.report.queries import StoreNotReady
+
+__all__ = ["DocsDifference", "StoreNotReady", "check_docs", "render_dashboard", "write_docs"]

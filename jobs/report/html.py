@@ -1,0 +1,174 @@
+"""The static HTML dashboard: one self-contained file, read only from the SQL views.
+
+Roadmap table, a history plot per roadmap row (with its target and the change
+points found in its series), latency distributions per engine and workload, and
+the recent runs with their validity. Plots are inline SVG; the one script only
+filters the roadmap table, so the page works from disk with no network.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from html import escape
+from pathlib import Path
+
+from jobs.atomic import atomic_write_texts
+from jobs.report.format import format_target, format_time, format_value, metric_label, unit_of
+from jobs.report.queries import (SUPERSEDED_NOTE, DashboardData, age_days, evidence_superseded, load_dashboard_data,
+                                 series_of)
+from jobs.report.svg import history_plot, latency_plot
+from jobs.store.db import Store
+from jobs.store.models import utcnow
+
+LATENCY_KINDS = [("ttft", "Time to first token (TTFT)"), ("tpot", "Time per output token (TPOT)"),
+                 ("itl", "Inter-token latency (ITL)")]
+RECENT_RUNS = 30
+INDEX = "index.html"
+
+STYLE = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #1d232a; max-width: 1100px; }
+h1 { font-size: 22px; margin-bottom: 2px; } h2 { margin-top: 32px; border-bottom: 1px solid #d0d7de; }
+h3 { font-size: 15px; margin: 18px 0 4px; } .meta { color: #57606a; }
+table { border-collapse: collapse; width: 100%; } th, td { padding: 4px 8px; border-bottom: 1px solid #eaeef2;
+  text-align: left; vertical-align: top; } th { background: #f6f8fa; } td.num { text-align: right; white-space: nowrap; }
+code { font-size: 12px; } .status { font-weight: 600; padding: 1px 6px; border-radius: 4px; }
+.PASS { background: #dafbe1; color: #116329; } .GATING { background: #ffebe9; color: #a40e26; }
+.STALE { background: #fff8c5; color: #7d4e00; } .INVALID { background: #fbefff; color: #6e40c9; }
+.NO_DATA { background: #eaeef2; color: #57606a; } .old { color: #a40e26; font-weight: 600; }
+.valid { color: #116329; } .failed, .noisy-host { color: #a40e26; } .unchecked-host { color: #7d4e00; }
+svg.plot { display: block; background: #fff; } svg .frame { fill: none; stroke: #d0d7de; }
+svg .grid { stroke: #eaeef2; } svg .tick, svg .label, svg .empty { font-size: 11px; fill: #57606a; }
+svg .series { fill: none; stroke: #0969da; stroke-width: 1.2; } svg .point { fill: #0969da; }
+svg .target { fill: none; stroke: #cf222e; stroke-width: 1; stroke-dasharray: 5 3; }
+svg .evidence { fill: none; stroke: #1d232a; stroke-width: 2; }
+svg .change-point { stroke-width: 1.5; stroke-dasharray: 2 2; } svg .regression { stroke: #cf222e; }
+svg .improvement { stroke: #1a7f37; } svg .box { fill: #b6e3ff; stroke: #0969da; }
+svg .whisker, svg .p99 { stroke: #0969da; } svg .mean { fill: #1d232a; }
+.legend { color: #57606a; font-size: 12px; }
+"""
+
+# Hides PASS rows on demand; nothing on the page depends on it running.
+SCRIPT = """
+document.getElementById('only-open').addEventListener('change', function (event) {
+  document.querySelectorAll('#roadmap tbody tr').forEach(function (row) {
+    row.hidden = event.target.checked && row.dataset.status === 'PASS';
+  });
+});
+"""
+
+
+def _cell(value, cls: str = "") -> str:
+    return f'<td class="{cls}">{escape(str(value))}</td>' if cls else f"<td>{escape(str(value))}</td>"
+
+
+def _status(status: str) -> str:
+    return f'<span class="status {escape(status)}">{escape(status)}</span>'
+
+
+def _run_ref(run_id: str | None) -> str:
+    return "—" if run_id is None else f'<code title="{escape(run_id)}">{escape(run_id[:8])}</code>'
+
+
+def roadmap_table(board: list, now: datetime) -> str:
+    rows = []
+    for r in board:
+        unit = unit_of(r.metric, r.unit)
+        age = age_days(r, now)
+        age_text = "—" if age is None else f"{age:.1f} d"
+        rows.append(
+            f'<tr data-row="{escape(r.roadmap_row_id)}" data-status="{escape(r.status)}">'
+            f'<td><a href="#plot-{escape(r.roadmap_row_id)}">{escape(r.roadmap_row_id)}</a>'
+            f'<br><span class="meta">{escape(r.title)}</span></td>'
+            f"<td>{_status(r.status)}</td>"
+            + _cell(format_value(r.value, unit), "num")
+            + _cell(format_target(r.comparison, r.threshold, r.peer_engine, r.target, unit), "num")
+            + f"<td>{_run_ref(r.run_id)}</td>"
+            + _cell(age_text, "num old" if age is not None and age > r.max_age_days else "num")
+            + _cell(f"{r.reason} ({SUPERSEDED_NOTE})" if evidence_superseded(r) else r.reason)
+            + "</tr>")
+    return (
+        '<label><input type="checkbox" id="only-open"> only rows that are not PASS</label>'
+        '<table id="roadmap"><thead><tr><th>Row</th><th>Status</th><th>Latest value</th><th>Threshold</th>'
+        "<th>Evidence run</th><th>Age</th><th>Reason</th></tr></thead><tbody>"
+        + "".join(rows) + "</tbody></table>")
+
+
+def history_section(data: DashboardData) -> str:
+    changes = defaultdict(list)
+    for cp in data.change_points:
+        changes[series_of(cp)].append(cp)
+    parts = ['<p class="legend">Blue: the measured value per run. Dashed red: the target. Vertical dashes: '
+             'change points (red a regression, green an improvement). Ringed: the run the status rests on.</p>']
+    for r in data.board:
+        unit = unit_of(r.metric, r.unit)
+        label = f"{r.roadmap_row_id}: {metric_label(r.metric)} of {r.engine} on {r.workload}/{r.hardware_class}"
+        points = data.history[r.roadmap_row_id]
+        parts.append(
+            f'<h3 id="plot-{escape(r.roadmap_row_id)}">{escape(label)} {_status(r.status)}</h3>'
+            f'<p class="meta">{escape(r.title)} · {len(points)} runs · threshold '
+            f"{escape(format_target(r.comparison, r.threshold, r.peer_engine, r.target, unit))}</p>"
+            + history_plot(r.roadmap_row_id, points, changes[series_of(r)], r.run_id, unit, label))
+    return "".join(parts)
+
+
+def latency_section(data: DashboardData) -> str:
+    parts = ['<p class="legend">From the newest run of each engine on each workload: the box spans p50 to p90, '
+             'the whisker reaches p99, the dot is the mean.</p>']
+    for kind, title in LATENCY_KINDS:
+        rows = [r for r in data.latencies if r.latency == kind]
+        parts.append(f"<h3>{escape(title)}</h3>" + latency_plot(kind, rows))
+    return "".join(parts)
+
+
+def runs_table(data: DashboardData) -> str:
+    verdicts = defaultdict(list)
+    for r in data.board:
+        if r.run_id:
+            verdicts[r.run_id].append(f"{r.roadmap_row_id} {r.status}")
+    rows = []
+    for run in data.recent_runs:
+        duration = (f"{(run.finished_at - run.started_at).total_seconds():,.0f} s"
+                    if run.finished_at else "—")
+        rows.append(
+            f'<tr data-run="{escape(run.run_id)}">'
+            + _cell(format_time(run.started_at))
+            + f"<td>{_run_ref(run.run_id)}</td>"
+            + _cell(f"{run.kind} · {run.workload} · {run.hardware_class}")
+            + _cell(run.validity, run.validity.replace(" ", "-"))
+            + _cell(run.run_status) + _cell(run.preflight_status)
+            + _cell(format_value(run.agreement, "fraction"), "num") + _cell(duration, "num")
+            + _cell(run.metric_count, "num")
+            + f"<td><code>{escape((run.git_sha or '—')[:10])}{'+dirty' if run.git_dirty else ''}</code></td>"
+            + _cell("; ".join(verdicts[run.run_id]) or "—")
+            + "</tr>")
+    return ('<table id="runs"><thead><tr><th>Started (UTC)</th><th>Run</th><th>What</th><th>Validity</th>'
+            "<th>Status</th><th>Preflight</th><th>Agreement</th><th>Duration</th><th>Metrics</th><th>Commit</th>"
+            "<th>Evidence for</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+
+
+def dashboard_html(data: DashboardData, now: datetime) -> str:
+    counts = defaultdict(int)
+    for r in data.board:
+        counts[r.status] += 1
+    summary = " · ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no roadmap rows"
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>roadgate dashboard</title><style>{STYLE}</style></head><body>"
+        f'<h1>roadgate dashboard</h1><p class="meta">Generated {format_time(now)} UTC from the results '
+        f"store's SQL views · {escape(summary)}</p>"
+        f'<h2 id="roadmap-status">Roadmap</h2>{roadmap_table(data.board, now)}'
+        f'<h2 id="history">History per roadmap row</h2>{history_section(data)}'
+        f'<h2 id="latency">Latency distributions</h2>{latency_section(data)}'
+        f'<h2 id="recent-runs">Recent runs</h2>{runs_table(data)}'
+        f"<script>{SCRIPT}</script></body></html>\n")
+
+
+def render_dashboard(store: Store, out_dir: str | Path, now: datetime | None = None,
+                     recent_runs: int = RECENT_RUNS) -> Path:
+    """Writes OUT_DIR/index.html from the store's views; returns its path. The file appears whole or not at all."""
+    now = now or utcnow()
+    page = dashboard_html(load_dashboard_data(store, recent_runs), now)
+    path = Path(out_dir) / INDEX
+    atomic_write_texts({path: page})
+    return path

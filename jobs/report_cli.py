@@ -1,0 +1,88 @@
+"""`roadgate report` (the HTML dashboard) and `roadgate docs` (docs/STATUS.md, docs/BENCHMARKS.md)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sqlalchemy.exc import OperationalError
+
+from jobs.cli import UsageError
+from jobs.report import StoreNotReady, check_docs, render_dashboard, write_docs
+from jobs.store.db import database_url, open_store
+
+
+def _directory(value: str, flag: str) -> Path:
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{flag} {value}: exists and is not a directory")
+    return path
+
+
+def _open(db_url: str | None):
+    """The store, refusing to create an empty SQLite file as a side effect of reading it."""
+    url = db_url or database_url()
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:" and not Path(url[len("sqlite:///"):]).is_file():
+        raise UsageError(f"no results database at {url[len('sqlite:///'):]} (run `roadgate bench` or `roadgate db upgrade`)")
+    return open_store(url)
+
+
+def _one_line(error: Exception) -> str:
+    if isinstance(error, OperationalError):  # SQLAlchemy's text spans lines: statement, link to its docs
+        return "cannot read the results database: " + (str(error.orig).strip().splitlines() or ["?"])[0]
+    return str(error)
+
+
+def cmd_report(args) -> int:
+    out = _directory(args.out, "--out")
+    try:
+        path = render_dashboard(_open(args.db_url), out, recent_runs=args.recent_runs)
+    except (StoreNotReady, OperationalError) as e:
+        raise UsageError(_one_line(e)) from None
+    print(f"dashboard written to {path}")
+
+
+def cmd_docs(args) -> int:
+    out = _directory(args.out, "--out")
+    store = _open(args.db_url)
+    try:
+        if not args.check:
+            for path in write_docs(store, out):
+                print(f"wrote {path}")
+            return 0
+        differences = check_docs(store, out)
+    except (StoreNotReady, OperationalError) as e:
+        raise UsageError(_one_line(e)) from None
+    for difference in differences:
+        print(difference, file=sys.stderr)
+    if differences:
+        print(f"{len(differences)} differences between {out} and the data; regenerate with `roadgate docs`",
+              file=sys.stderr)
+        return 1
+    print(f"{out}: STATUS.md and BENCHMARKS.md agree with the data")
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {value!r}")
+    return number
+
+
+def register(subparsers) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db-url", help="SQLAlchemy URL (default: $ROADGATE_DB_URL, else a SQLite file in the data dir)")
+
+    report = subparsers.add_parser("report", parents=[common], help="render the static HTML dashboard")
+    report.add_argument("--out", required=True, help="directory to write index.html into (created if missing)")
+    report.add_argument("--recent-runs", type=_positive, default=30, help="how many recent runs to list (default 30)")
+    report.set_defaults(func=cmd_report)
+
+    docs = subparsers.add_parser("docs", parents=[common], help="write or check docs/STATUS.md and docs/BENCHMARKS.md")
+    docs.add_argument("--out", default="docs", help="docs directory (default: docs)")
+    docs.add_argument("--check", action="store_true",
+                      help="write nothing; exit 1 naming each difference between the docs and the data")
+    docs.set_defaults(func=cmd_docs)

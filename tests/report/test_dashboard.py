@@ -1,0 +1,96 @@
+"""The HTML dashboard: opened in headless Chromium, and its file written whole or not at all."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from jobs.report import StoreNotReady, render_dashboard
+from jobs.store import open_store
+from tests.report.chromium import Page, chromium_binary
+from tests.report.history import NOW, ROWS, STATUS, build_history
+
+REPO = Path(__file__).resolve().parents[2]
+# Where the screenshot is kept: $ROADGATE_TEST_ARTIFACTS, else tests/artifacts/ (git-ignored).
+ARTIFACTS = Path(os.environ.get("ROADGATE_TEST_ARTIFACTS") or REPO / "tests" / "artifacts")
+
+PLOTS = """JSON.stringify(Array.from(document.querySelectorAll('svg.plot')).map(function (svg) {
+  var box = svg.getBoundingClientRect();
+  var series = svg.querySelector('polyline.series');
+  return {kind: svg.classList.contains('history') ? 'history' : 'latency',
+          id: svg.dataset.row || svg.dataset.latency, marks: Number(svg.dataset.marks),
+          width: box.width, height: box.height,
+          points: series ? series.points.numberOfItems : 0,
+          seriesWidth: series ? series.getBoundingClientRect().width : 0,
+          boxes: Array.from(svg.querySelectorAll('rect.box')).filter(function (r) {
+            return r.getBoundingClientRect().width > 0; }).length,
+          changePoints: svg.querySelectorAll('line.change-point').length,
+          empty: svg.querySelector('text.empty') !== null};
+}))"""
+ROADMAP = """JSON.stringify(Array.from(document.querySelectorAll('#roadmap tbody tr')).map(function (tr) {
+  return [tr.dataset.row, tr.querySelector('.status').textContent, !tr.hidden]; }))"""
+
+
+@pytest.fixture
+def dashboard(store, tmp_path):
+    history = build_history(store)
+    return render_dashboard(store, tmp_path / "site", now=NOW), history
+
+
+def test_dashboard_in_headless_chromium(dashboard):
+    binary = chromium_binary()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed; .ci/run installs Debian's chromium package")
+        pytest.skip("needs Debian's chromium package (apt-get install -y chromium)")
+    path, h = dashboard
+    page = Page(binary)
+    try:
+        page.open(path.as_uri())
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(ARTIFACTS / "dashboard.png")
+        roadmap = json.loads(page.evaluate(ROADMAP))
+        plots = json.loads(page.evaluate(PLOTS))
+        page.evaluate("document.getElementById('only-open').click()")  # the one script: hide PASS rows
+        filtered = json.loads(page.evaluate(ROADMAP))
+        errors, urls = page.script_errors(), page.requested_urls()
+    finally:
+        page.close()
+    assert errors == []
+    assert urls == [path.as_uri()]  # nothing fetched: no network, no other file
+    assert {row: status for row, status, _ in roadmap} == STATUS
+    assert [row for row, _, visible in filtered if not visible] == ["ROAD-T-AGREE"]
+
+    history = {p["id"]: p for p in plots if p["kind"] == "history"}
+    assert set(history) == {r["id"] for r in ROWS}
+    for row_id, plot in history.items():
+        assert plot["width"] > 0 and plot["height"] > 0, row_id
+        if row_id == "ROAD-T-CPU":  # never measured
+            assert (plot["marks"], plot["points"], plot["empty"]) == (0, 0, True)
+        else:
+            assert plot["marks"] > 0 and plot["points"] == plot["marks"] and plot["seriesWidth"] > 100, plot
+    assert history["ROAD-T-TPUT"]["changePoints"] == 1 and history["ROAD-T-AGREE"]["changePoints"] == 0
+    latency = {p["id"]: p for p in plots if p["kind"] == "latency"}
+    assert {k: (p["marks"], p["boxes"]) for k, p in latency.items()} == {"ttft": (3, 3), "tpot": (2, 2), "itl": (2, 2)}
+    assert all(p["width"] > 0 and p["height"] > 0 for p in latency.values())
+    shot = (ARTIFACTS / "dashboard.png").read_bytes()
+    assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 20_000
+
+
+def test_dashboard_lists_recent_runs_with_validity_and_names_no_outside_resource(dashboard):
+    path, h = dashboard
+    page = path.read_text()
+    assert "://" not in page  # no CDN, no font or script from elsewhere
+    for run_id, validity in [(h.latency_failed_run, "failed"), (h.noisy_run, "noisy host"), (h.nano_runs[-1], "valid")]:
+        row = page.split(f'<tr data-run="{run_id}">', 1)[1].split("</tr>", 1)[0]
+        assert f">{validity}</td>" in row
+    assert [p.name for p in path.parent.iterdir()] == ["index.html"]  # no temporary file left beside it
+
+
+def test_a_failed_render_leaves_the_previous_dashboard(dashboard, tmp_path):
+    path, _ = dashboard
+    before = path.read_text()
+    empty = open_store(f"sqlite:///{tmp_path / 'never-upgraded.db'}")  # no views: reading fails
+    with pytest.raises(StoreNotReady, match="roadgate db upgrade"):
+        render_dashboard(empty, path.parent, now=NOW)
+    assert path.read_text() == before and [p.name for p in path.parent.iterdir()] == ["index.html"]
