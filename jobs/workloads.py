@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,7 +69,13 @@ class Workload:
                               top_k=self.top_k, ignore_eos=self.ignore_eos, seed=self.seed * 100_003 + index)
 
 
-def load_workloads(path: Path = WORKLOADS_FILE) -> dict[str, Workload]:
+def workloads_file() -> Path:
+    """The shipped workloads, or the file ROADGATE_WORKLOADS_FILE names (for experiments and tests)."""
+    return Path(os.environ.get("ROADGATE_WORKLOADS_FILE") or WORKLOADS_FILE)
+
+
+def load_workloads(path: Path | None = None) -> dict[str, Workload]:
+    path = path or workloads_file()
     try:
         doc = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
@@ -78,7 +85,7 @@ def load_workloads(path: Path = WORKLOADS_FILE) -> dict[str, Workload]:
     return {name: _parse(name, spec, path.parent) for name, spec in doc["workloads"].items()}
 
 
-def get_workload(name: str, path: Path = WORKLOADS_FILE) -> Workload:
+def get_workload(name: str, path: Path | None = None) -> Workload:
     workloads = load_workloads(path)
     if name not in workloads:
         raise WorkloadError(f"unknown workload {name!r}; known: {', '.join(sorted(workloads))}")
