@@ -80,15 +80,19 @@ def job_overhead(results: list[BenchResult], job_wall_s: float) -> dict[str, dic
 
 
 def record(results: list[BenchResult], started_at: datetime, finished_at: datetime, model: str,
-           preflight=None, store=None, job_metrics: dict | None = None, code_sha: str | None = None) -> str:
+           preflight=None, store=None, *, host: dict | None = None, job_metrics: dict | None = None,
+           **run_fields) -> str:
     """Land one bench invocation in the results store: a run (all engines, one
-    fingerprint) with its validity verdict, a metric row per engine and metric
-    (`job_metrics` under the engine name "job"), and the per-request rows.
-    `code_sha`: the commit whose code ran, where it is not this checkout (bench --ref)."""
+    fingerprint) with its validity verdict, a metric row per engine and metric,
+    and the per-request rows.
+
+    `host` is host_facts() of the machine and code that ran the engines (default: this
+    one); `job_metrics` are recorded under the engine name "job"; `run_fields` (id,
+    airflow_dag_id, airflow_run_id) go into the RunRecord as given."""
     from jobs.store import MetricRecord, RunRecord, open_store, record_run, upgrade
     store = store or open_store()
     upgrade(store.engine)
-    host = host_facts()
+    host = host or host_facts()
     workload = results[0].workload
     preflight_status = preflight.record_status if preflight else "skipped"
     run = RunRecord(kind="bench", workload=workload.name, hardware_class=host["hardware_class"],
@@ -97,9 +101,9 @@ def record(results: list[BenchResult], started_at: datetime, finished_at: dateti
                     validity=run_verdict(workload, {r.run.engine: r.metrics for r in results}, preflight_status),
                     config={"model": model, "workload_version": workload.version,
                             "engines": {r.run.engine: r.run.config for r in results}},
-                    git_sha=code_sha or host["git_sha"], git_dirty=False if code_sha else host["git_dirty"],
-                    host=host["host"], gpu_name=host["gpu_name"], driver_version=host["driver_version"],
-                    cuda_version=host["cuda_version"])
+                    git_sha=host["git_sha"], git_dirty=host["git_dirty"], host=host["host"],
+                    gpu_name=host["gpu_name"], driver_version=host["driver_version"],
+                    cuda_version=host["cuda_version"], **run_fields)
     by_engine = [(r.run.engine, r.metrics) for r in results] + [("job", job_metrics or {})]
     metrics = [MetricRecord(engine, name, m["value"], m.get("count"), m.get("p50"), m.get("p90"),
                             m.get("p99"), m.get("mean"), m.get("std"))
@@ -264,7 +268,9 @@ def run_cli(args: argparse.Namespace) -> int:
     # The engines' time at another commit is not split from its job's, so --ref runs report no overhead.
     job_metrics = None if sha else job_overhead(results, time.perf_counter() - job_start)
     if not args.no_store:
-        run_id = record(results, started, _utcnow(), args.model, outcome, job_metrics=job_metrics, code_sha=sha)
+        # A run at a ref is recorded under that commit's sha: its code is what ran.
+        host = {**host_facts(), "git_sha": sha, "git_dirty": False} if sha else None
+        run_id = record(results, started, _utcnow(), args.model, outcome, host=host, job_metrics=job_metrics)
         print(f"recorded run {run_id}" + (f" (code at {args.ref}: {sha})" if sha else ""))
     if job_metrics:
         wall = time.perf_counter() - job_start
