@@ -122,7 +122,9 @@ def run_at_commit(workload: Workload, sha: str, args: argparse.Namespace) -> lis
         command += [flag for engine in args.engine for flag in ("--engine", engine)]
         # Only the worktree on the path: its jobs and engine packages, not this checkout's.
         env = {**os.environ, "PYTHONPATH": str(tree)}
-        child = subprocess.run(command, cwd=tree, env=env, stderr=subprocess.PIPE, text=True)
+        # Its table would repeat the one printed here from its JSON; its stderr tells what went wrong.
+        child = subprocess.run(command, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
         sys.stderr.write(child.stderr)
         if child.returncode != 0:
             last = (child.stderr.strip().splitlines() or ["(no message)"])[-1]
