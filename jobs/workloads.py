@@ -63,10 +63,14 @@ class Workload:
             prompts = [json.loads(line)["messages"] for line in lines[:self.count]]
         return [Request(p, rng.randint(*self.output_len)) for p in prompts]
 
+    def request_seed(self, index: int) -> int:
+        """Request `index`'s sampling seed: every engine that takes a seed gets this one."""
+        return self.seed * 100_003 + index
+
     def sampling_params(self, request: Request, index: int):
         from engine import SamplingParams
         return SamplingParams(max_tokens=request.max_tokens, temperature=self.temperature, top_p=self.top_p,
-                              top_k=self.top_k, ignore_eos=self.ignore_eos, seed=self.seed * 100_003 + index)
+                              top_k=self.top_k, ignore_eos=self.ignore_eos, seed=self.request_seed(index))
 
 
 def workloads_file() -> Path:

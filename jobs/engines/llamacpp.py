@@ -57,7 +57,7 @@ def run(workload: Workload, model: str, device: str = "cpu", n_threads: int | No
                     min_p=0.0, typical_p=1.0, repeat_penalty=1.0)
 
     def generate(index: int, prompt: list[int], max_tokens: int) -> tuple[list[int], list[float], str]:
-        llm.set_seed(workload.seed * 100_003 + index)   # the per-request seed the workload gives ours
+        llm.set_seed(workload.request_seed(index))
         tokens, times, reason = [], [], "length"
         for token in llm.generate(prompt, **sampling):
             tokens.append(token)
