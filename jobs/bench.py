@@ -1,12 +1,21 @@
-"""Benchmark job: run engines on one workload, in one process, and report comparable figures."""
+"""Benchmark job: run engines on one workload, in one process, and report comparable figures.
+
+With --ref, the engines run from another commit's code (a temporary git worktree,
+its own `roadgate bench --json` in a subprocess) and this code records the run
+under that commit's sha, so a change point can be bisected to a commit.
+"""
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
+import os
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,9 +24,12 @@ import pyarrow as pa
 
 from jobs.engines import ENGINES, EngineRun, engine_module
 from jobs.metrics import agreement, request_row, summarize
+from jobs.validity import run_verdict
 from jobs.workloads import Workload, WorkloadError, get_workload
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
+# The Python package each engine needs beyond the core install (the `peers` extra).
+ENGINE_PACKAGES = {"hf": "transformers", "llamacpp": "llama_cpp"}
 
 
 @dataclass
@@ -26,20 +38,25 @@ class BenchResult:
     run: EngineRun
     rows: list[dict]                  # one per request
     metrics: dict[str, dict]          # name -> {value, count, p50, ...}
+    engine_s: float | None = None     # time inside the engine adapter: load, warm-up and the timed run
 
 
 def run_engine(workload: Workload, engine: str, model: str = DEFAULT_MODEL, backend: str = "auto",
                device: str = "cpu") -> BenchResult:
     module = engine_module(engine)
+    entered = time.perf_counter()
     if engine == "ours":
         run = module.run(workload, model, backend=backend)
+    elif engine == "llamacpp":
+        run = module.run(workload, model)   # always on CPU: it is the CPU floor
     else:
         run = module.run(workload, model, device=device)
+    engine_s = time.perf_counter() - entered
     rows = [request_row(c) for c in run.completions]
     metrics = summarize(rows, run.wall_s)
     for name, value in run.extra_metrics.items():
         metrics[name] = {"value": value, "count": 1}
-    return BenchResult(workload, run, rows, metrics)
+    return BenchResult(workload, run, rows, metrics, engine_s)
 
 
 def add_agreement(results: list[BenchResult], reference: BenchResult) -> None:
@@ -55,28 +72,75 @@ def add_agreement(results: list[BenchResult], reference: BenchResult) -> None:
                                     "first_divergence_p50": a["first_divergence_p50"]}
 
 
+def job_overhead(results: list[BenchResult], job_wall_s: float) -> dict[str, dict]:
+    """The job's own time (workload, metrics, agreement, table...) = its wall minus the time inside engines."""
+    outside = job_wall_s - sum(r.engine_s for r in results)
+    return {"job_overhead_s": {"value": outside, "count": 1},
+            "job_overhead_frac": {"value": outside / job_wall_s, "count": 1}}
+
+
 def record(results: list[BenchResult], started_at: datetime, finished_at: datetime, model: str,
-           preflight=None, store=None) -> str:
+           preflight=None, store=None, *, host: dict | None = None, job_metrics: dict | None = None,
+           **run_fields) -> str:
     """Land one bench invocation in the results store: a run (all engines, one
-    fingerprint), a metric row per engine and metric, and the per-request rows."""
+    fingerprint) with its validity verdict, a metric row per engine and metric,
+    and the per-request rows.
+
+    `host` is host_facts() of the machine and code that ran the engines (default: this
+    one); `job_metrics` are recorded under the engine name "job"; `run_fields` (id,
+    airflow_dag_id, airflow_run_id) go into the RunRecord as given."""
     from jobs.store import MetricRecord, RunRecord, open_store, record_run, upgrade
     store = store or open_store()
     upgrade(store.engine)
-    host = host_facts()
-    run = RunRecord(kind="bench", workload=results[0].workload.name, hardware_class=host["hardware_class"],
-                    started_at=started_at, finished_at=finished_at,
-                    preflight_status=preflight.record_status if preflight else "skipped",
+    host = host or host_facts()
+    workload = results[0].workload
+    preflight_status = preflight.record_status if preflight else "skipped"
+    run = RunRecord(kind="bench", workload=workload.name, hardware_class=host["hardware_class"],
+                    started_at=started_at, finished_at=finished_at, preflight_status=preflight_status,
                     preflight=preflight.as_dict() if preflight else {},
-                    config={"model": model, "workload_version": results[0].workload.version,
+                    validity=run_verdict(workload, {r.run.engine: r.metrics for r in results}, preflight_status),
+                    config={"model": model, "workload_version": workload.version,
                             "engines": {r.run.engine: r.run.config for r in results}},
                     git_sha=host["git_sha"], git_dirty=host["git_dirty"], host=host["host"],
                     gpu_name=host["gpu_name"], driver_version=host["driver_version"],
-                    cuda_version=host["cuda_version"])
-    metrics = [MetricRecord(r.run.engine, name, m["value"], m.get("count"), m.get("p50"), m.get("p90"),
+                    cuda_version=host["cuda_version"], **run_fields)
+    by_engine = [(r.run.engine, r.metrics) for r in results] + [("job", job_metrics or {})]
+    metrics = [MetricRecord(engine, name, m["value"], m.get("count"), m.get("p50"), m.get("p90"),
                             m.get("p99"), m.get("mean"), m.get("std"))
-               for r in results for name, m in r.metrics.items()]
+               for engine, engine_metrics in by_engine for name, m in engine_metrics.items()]
     rows = [{"engine": r.run.engine, **row} for r in results for row in r.rows]
-    return record_run(store, run, metrics, pa.Table.from_pylist(rows))
+    return record_run(store, run, metrics, pa.Table.from_pylist(rows) if rows else None)
+
+
+def run_at_commit(workload: Workload, sha: str, args: argparse.Namespace) -> list[BenchResult]:
+    """The engines as the code at commit `sha` runs them: its own `bench --json`, in a temporary worktree."""
+    from jobs.git_ref import worktree_at
+    with worktree_at(sha) as tree, tempfile.TemporaryDirectory(prefix="roadgate-ref-out-") as out:
+        summary = Path(out) / "bench.json"
+        command = [sys.executable, "-m", "jobs.cli", "bench", "--workload", workload.name, "--model", args.model,
+                   "--backend", args.backend, "--device", args.device, "--no-store", "--json", str(summary)]
+        command += [flag for engine in args.engine for flag in ("--engine", engine)]
+        # Only the worktree on the path: its jobs and engine packages, not this checkout's.
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        # Its table would repeat the one printed here from its JSON; its stderr tells what went wrong.
+        child = subprocess.run(command, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+        sys.stderr.write(child.stderr)
+        if child.returncode != 0:
+            last = (child.stderr.strip().splitlines() or ["(no message)"])[-1]
+            raise RefRunError(f"bench at {args.ref} ({sha[:12]}) exited {child.returncode}: {last}",
+                              child.returncode)
+        engines = json.loads(summary.read_text())
+    return [BenchResult(workload, EngineRun(e["engine"], e["config"], [], e["metrics"]["wall_s"]["value"]),
+                        e.get("requests", []), e["metrics"]) for e in engines]
+
+
+class RefRunError(RuntimeError):
+    """The bench at another commit failed; its exit status says whether it refused its input (2)."""
+
+    def __init__(self, message: str, returncode: int):
+        super().__init__(message)
+        self.returncode = returncode
 
 
 def host_facts() -> dict:
@@ -132,8 +196,11 @@ def register(sub) -> None:
                    help="repeat to run several engines in one run (the last is the agreement reference)")
     p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--backend", default="auto", choices=["auto", "cuda", "torch"], help="our engine's backend")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="the peers' device")
-    p.add_argument("--json", help="also write the summary metrics to this JSON file")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="the HF peer's device (llama.cpp always runs on CPU)")
+    p.add_argument("--ref", help="run the engines from this git commit (a temporary worktree) and record the "
+                                 "run under its sha")
+    p.add_argument("--json", help="also write the summary metrics and request rows to this JSON file")
     p.add_argument("--no-store", action="store_true", help="print only; record nothing in the results store")
     p.add_argument("--preflight", action="store_true",
                    help="wait for a quiet host first (roadgate preflight's defaults) and hold the GPU lock; "
@@ -142,15 +209,42 @@ def register(sub) -> None:
     p.set_defaults(func=run_cli)
 
 
-def run_cli(args: argparse.Namespace) -> int:
+def check_inputs(args: argparse.Namespace) -> tuple[Workload, str | None]:
+    """Everything that can be refused before any engine runs: the workload, the ref, the model, the peers."""
     from jobs.cli import UsageError
     try:
         workload = get_workload(args.workload)
     except WorkloadError as e:
         raise UsageError(str(e)) from None
+    sha = None
+    if args.ref:
+        from jobs.git_ref import RefError, resolve_commit
+        try:
+            sha = resolve_commit(args.ref)
+        except RefError as e:
+            raise UsageError(str(e)) from None
+    from engine.model_source import ModelSourceError, alias_path, resolve
+    try:
+        resolve(args.model)
+    except ModelSourceError as e:
+        raise UsageError(str(e)) from None
+    if "llamacpp" in args.engine and alias_path(args.model).suffix != ".gguf":
+        raise UsageError(f"model {args.model!r}: llama.cpp needs a GGUF file")
+    for engine in dict.fromkeys(args.engine):
+        package = ENGINE_PACKAGES.get(engine)
+        if package and importlib.util.find_spec(package) is None:
+            raise UsageError(f"engine {engine!r} needs the Python package {package!r}: pip install -e '.[peers]'")
+    return workload, sha
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    from jobs.cli import UsageError
+    job_start = time.perf_counter()
+    workload, sha = check_inputs(args)
     with contextlib.ExitStack() as held:
         outcome = None
         if args.preflight:
+            waiting = time.perf_counter()
             from jobs import preflight
             try:
                 held.enter_context(preflight.gpu_lock(args.gpu))
@@ -158,16 +252,37 @@ def run_cli(args: argparse.Namespace) -> int:
                 raise UsageError(f"GPU {args.gpu} is contended: {e}") from None
             outcome = preflight.check(**preflight.DEFAULTS, gpu_index=args.gpu)
             print(f"preflight: {outcome.status} ({outcome.reason})")
+            job_start += time.perf_counter() - waiting   # waiting for quiet is not the job's own overhead
         started = _utcnow()
-        results = [run_engine(workload, e, args.model, args.backend, args.device) for e in args.engine]
-    if len(results) > 1:
+        if sha:
+            try:
+                results = run_at_commit(workload, sha, args)
+            except RefRunError as e:
+                if e.returncode == 2:
+                    raise UsageError(str(e)) from None
+                print(f"roadgate bench: error: {e}", file=sys.stderr)
+                return 1
+        else:
+            results = [run_engine(workload, e, args.model, args.backend, args.device) for e in args.engine]
+    if len(results) > 1 and not sha:
         add_agreement(results, results[-1])
     print(format_table(results))
+    # The engines' time at another commit is not split from its job's, so --ref runs report no overhead.
+    job_metrics = None if sha else job_overhead(results, time.perf_counter() - job_start)
     if not args.no_store:
-        print(f"recorded run {record(results, started, _utcnow(), args.model, outcome)}")
+        # A run at a ref is recorded under that commit's sha: its code is what ran.
+        host = {**host_facts(), "git_sha": sha, "git_dirty": False} if sha else None
+        run_id = record(results, started, _utcnow(), args.model, outcome, host=host, job_metrics=job_metrics)
+        print(f"recorded run {run_id}" + (f" (code at {args.ref}: {sha})" if sha else ""))
+    if job_metrics:
+        wall = time.perf_counter() - job_start
+        inside = sum(r.engine_s for r in results)
+        print(f"job: {wall:.2f}s wall, {inside:.2f}s inside engines, {wall - inside:.2f}s outside "
+              f"({100 * (wall - inside) / wall:.1f}%, the store write included)")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump([{"workload": workload.name, "engine": r.run.engine, "config": r.run.config,
-                        "metrics": r.metrics} for r in results], f, indent=1)
+        from jobs.atomic import atomic_write_texts
+        atomic_write_texts({Path(args.json): json.dumps(
+            [{"workload": workload.name, "engine": r.run.engine, "config": r.run.config, "metrics": r.metrics,
+              "requests": r.rows} for r in results], indent=1)})
     sys.stdout.flush()
     return 0

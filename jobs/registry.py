@@ -35,6 +35,9 @@ METRICS: dict[str, MetricSpec] = {
     "wall_s": MetricSpec("s", "lower"),
     # Fraction of requests whose output matches the reference engine's.
     "agreement": MetricSpec("fraction", "higher"),
+    # The bench job itself (engine "job"): its wall time outside the engines, and that as a share of its wall.
+    "job_overhead_s": MetricSpec("s", "lower"),
+    "job_overhead_frac": MetricSpec("fraction", "lower"),
 }
 
 # The workloads are defined in jobs/data/workloads.yaml; this is their names.

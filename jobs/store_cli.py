@@ -7,7 +7,6 @@ from sqlalchemy import text
 
 from jobs.cli import UsageError
 from jobs.gates.evaluate import evaluate_gates
-from jobs.gates.regressions import detect_regressions
 from jobs.gates.roadmap import RoadmapError, load_roadmap, sync_roadmap
 from jobs.store.db import Store, open_store
 from jobs.store.migrate import upgrade
@@ -75,6 +74,8 @@ def cmd_gates_status(args) -> int:
 
 
 def cmd_gates_regressions(args) -> int:
+    # Imported here: Otava pulls in scipy, a second of start-up every other command (bench) would pay.
+    from jobs.gates.regressions import detect_regressions
     store = open_store(args.db_url)
     if not args.no_detect:
         print(f"{detect_regressions(store)} new change points")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,13 +63,23 @@ class Workload:
             prompts = [json.loads(line)["messages"] for line in lines[:self.count]]
         return [Request(p, rng.randint(*self.output_len)) for p in prompts]
 
+    def request_seed(self, index: int) -> int:
+        """Request `index`'s sampling seed: every engine that takes a seed gets this one."""
+        return self.seed * 100_003 + index
+
     def sampling_params(self, request: Request, index: int):
         from engine import SamplingParams
         return SamplingParams(max_tokens=request.max_tokens, temperature=self.temperature, top_p=self.top_p,
-                              top_k=self.top_k, ignore_eos=self.ignore_eos, seed=self.seed * 100_003 + index)
+                              top_k=self.top_k, ignore_eos=self.ignore_eos, seed=self.request_seed(index))
 
 
-def load_workloads(path: Path = WORKLOADS_FILE) -> dict[str, Workload]:
+def workloads_file() -> Path:
+    """The shipped workloads, or the file ROADGATE_WORKLOADS_FILE names (for experiments and tests)."""
+    return Path(os.environ.get("ROADGATE_WORKLOADS_FILE") or WORKLOADS_FILE)
+
+
+def load_workloads(path: Path | None = None) -> dict[str, Workload]:
+    path = path or workloads_file()
     try:
         doc = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
@@ -78,7 +89,7 @@ def load_workloads(path: Path = WORKLOADS_FILE) -> dict[str, Workload]:
     return {name: _parse(name, spec, path.parent) for name, spec in doc["workloads"].items()}
 
 
-def get_workload(name: str, path: Path = WORKLOADS_FILE) -> Workload:
+def get_workload(name: str, path: Path | None = None) -> Workload:
     workloads = load_workloads(path)
     if name not in workloads:
         raise WorkloadError(f"unknown workload {name!r}; known: {', '.join(sorted(workloads))}")

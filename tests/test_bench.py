@@ -45,12 +45,15 @@ def test_unknown_and_malformed_workloads_name_the_problem(tmp_path):
         load_workloads(bad)
 
 
-def test_cpu_bench_of_ours_and_hf_lands_one_comparable_run(tmp_path, monkeypatch, capsys):
+@pytest.mark.slow
+def test_cpu_bench_of_ours_llamacpp_and_hf_lands_comparable_results(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ROADGATE_DATA_DIR", str(tmp_path))
     monkeypatch.delenv("ROADGATE_DB_URL", raising=False)
     monkeypatch.delenv("ROADGATE_PARQUET_ROOT", raising=False)
     from jobs.cli import main
-    assert main(["bench", "--workload", "cpu-small", "--engine", "ours", "--engine", "hf", "--backend", "torch"]) == 0
+    # HF last: it is the agreement reference.
+    assert main(["bench", "--workload", "cpu-small", "--engine", "ours", "--engine", "llamacpp", "--engine", "hf",
+                 "--backend", "torch"]) == 0
     out = capsys.readouterr().out
     assert "recorded run" in out
     from sqlalchemy import select
@@ -61,12 +64,24 @@ def test_cpu_bench_of_ours_and_hf_lands_one_comparable_run(tmp_path, monkeypatch
     with store.session() as s:
         runs = s.scalars(select(Run)).all()
         assert len(runs) == 1 and runs[0].workload == "cpu-small" and runs[0].preflight_status == "skipped"
-        names = {(m.engine, m.metric) for m in s.scalars(select(Metric))}
-    for engine in ("ours", "hf"):
-        assert {(engine, "output_tok_s"), (engine, "ttft_p50_s"), (engine, "tpot_p50_s")} <= names
-    assert ("ours", "agreement") in names and ("ours", "syncs_per_step") in names
-    requests = read_run_requests(store.parquet_root, runs[0].id)
-    assert requests.num_rows == 16 and set(requests.column("engine").to_pylist()) == {"ours", "hf"}
+        metrics = {(m.engine, m.metric): m.value for m in s.scalars(select(Metric))}
+    run = runs[0]
+    # One fingerprint over all three engines' configs: their figures are comparable with each other only.
+    assert set(run.config["engines"]) == {"ours", "llamacpp", "hf"}
+    for engine in ("ours", "llamacpp", "hf"):
+        assert {(engine, "output_tok_s"), (engine, "ttft_p50_s"), (engine, "tpot_p50_s"), (engine, "itl_p50_s")} \
+            <= set(metrics)
+        assert run.validity["engines"][engine]["measured"]["requests"] == 8
+    assert ("ours", "agreement") in metrics and ("llamacpp", "agreement") in metrics and ("ours", "syncs_per_step") in metrics
+    assert not run.validity["valid"] and run.validity["reasons"][0].startswith("host not known to be quiet")
+    assert 0 < metrics[("job", "job_overhead_frac")] < 1
+    requests = read_run_requests(store.parquet_root, run.id).to_pylist()
+    assert len(requests) == 24 and {r["engine"] for r in requests} == {"ours", "llamacpp", "hf"}
+    # Every engine saw the same prompts (identical token counts) and produced every token asked for.
+    by_engine = {e: sorted((r["request_index"], r["prompt_tokens"], r["output_tokens"]) for r in requests
+                           if r["engine"] == e) for e in ("ours", "llamacpp", "hf")}
+    assert by_engine["ours"] == by_engine["llamacpp"] == by_engine["hf"]
+    assert all(n == 32 for _, _, n in by_engine["ours"])
 
 
 def test_bench_refuses_unknown_workload_and_stores_nothing(tmp_path, monkeypatch, capsys):

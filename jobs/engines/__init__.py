@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from jobs.metrics import Completion
 
-ENGINES = {"ours": "jobs.engines.ours", "hf": "jobs.engines.hf"}
+ENGINES = {"ours": "jobs.engines.ours", "hf": "jobs.engines.hf", "llamacpp": "jobs.engines.llamacpp"}
 
 
 @dataclass

@@ -9,7 +9,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import DateTime, Float, Integer, String, select, text
+from sqlalchemy import JSON, DateTime, Float, Integer, String, select, text
 
 from jobs.store.db import Store
 from jobs.store.models import GateEvaluation, RoadmapRow, utcnow
@@ -18,7 +18,7 @@ PASS, GATING, STALE, INVALID, NO_DATA = "PASS", "GATING", "STALE", "INVALID", "N
 
 EVIDENCE_QUERY = text("SELECT * FROM v_gate_evidence").columns(
     roadmap_row_id=String, metric_id=Integer, run_id=String, run_status=String, fingerprint=String,
-    started_at=DateTime, finished_at=DateTime, preflight_status=String, value=Float, count=Integer,
+    started_at=DateTime, finished_at=DateTime, preflight_status=String, validity=JSON, value=Float, count=Integer,
     agreement=Float, peer_value=Float,
 )
 
@@ -36,6 +36,12 @@ def _invalid_because(row: RoadmapRow, ev) -> str | None:
         return f"run {ev.run_id} ended with status {ev.run_status!r}"
     if rules.get("preflight_quiet", True) and ev.preflight_status != "quiet":
         return f"preflight was {ev.preflight_status!r}, not quiet"
+    # The bench job's verdict on the row's engine and its peer (too short, too few requests,
+    # agreement below the workload's floor); the quiet host is the preflight rule above.
+    judged = (ev.validity or {}).get("engines", {})
+    for engine in (row.engine, row.peer_engine):
+        if engine in judged and not judged[engine]["valid"]:
+            return f"{engine} measurement invalid: {'; '.join(judged[engine]['reasons'])}"
     if "min_duration_s" in rules:
         duration = (ev.finished_at - ev.started_at).total_seconds() if ev.finished_at else None
         if duration is None or duration < rules["min_duration_s"]:

@@ -40,6 +40,7 @@ class RunRecord:
     config: dict = field(default_factory=dict)  # engine config; part of the fingerprint
     preflight_status: str = "quiet"
     preflight: dict = field(default_factory=dict)
+    validity: dict | None = None  # the bench job's verdict on its measurement (jobs/validity.py)
     git_sha: str | None = None
     git_dirty: bool | None = None
     host: str | None = None
@@ -89,7 +90,7 @@ def _run_row(run: RunRecord, run_id: str, parquet_uri: str | None) -> Run:
         id=run_id, kind=run.kind, status=run.status, workload=run.workload, hardware_class=run.hardware_class,
         started_at=run.started_at, finished_at=run.finished_at, git_sha=run.git_sha, git_dirty=run.git_dirty,
         host=run.host, gpu_name=run.gpu_name, driver_version=run.driver_version, cuda_version=run.cuda_version,
-        config=run.config, preflight_status=run.preflight_status, preflight=run.preflight,
+        config=run.config, preflight_status=run.preflight_status, preflight=run.preflight, validity=run.validity,
         fingerprint=fingerprint(run.workload, run.hardware_class, run.gpu_name, run.config),
         parquet_uri=parquet_uri, airflow_dag_id=run.airflow_dag_id, airflow_run_id=run.airflow_run_id,
         supersedes_id=run.supersedes_id, supersede_reason=run.supersede_reason,

@@ -46,6 +46,8 @@ class Run(AppendOnly, Base):
     config: Mapped[dict] = mapped_column(JSON, default=dict)
     preflight_status: Mapped[str] = mapped_column(String(16))  # quiet | noisy | skipped
     preflight: Mapped[dict] = mapped_column(JSON, default=dict)
+    # The bench job's verdict on its own measurement (jobs/validity.py); NULL where none was made.
+    validity: Mapped[dict | None] = mapped_column(JSON)
     fingerprint: Mapped[str] = mapped_column(String(64))
     parquet_uri: Mapped[str | None] = mapped_column(Text)
     airflow_dag_id: Mapped[str | None] = mapped_column(String(250))

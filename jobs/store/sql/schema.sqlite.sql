@@ -34,6 +34,7 @@ CREATE TABLE runs (
 	config JSON NOT NULL,
 	preflight_status VARCHAR(16) NOT NULL,
 	preflight JSON NOT NULL,
+	validity JSON,
 	fingerprint VARCHAR(64) NOT NULL,
 	parquet_uri TEXT,
 	airflow_dag_id VARCHAR(250),

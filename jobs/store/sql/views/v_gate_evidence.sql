@@ -1,5 +1,6 @@
 -- For each active roadmap row, the newest current measurement it is judged on,
--- with what validity needs (preflight, timing, count, agreement) and the peer
+-- with what validity needs (preflight, timing, count, agreement, the bench job's
+-- own verdict on the run) and the peer
 -- engine's value on the same fingerprint for ratio thresholds.
 -- (The chosen metric is joined from the tables, not the view: joining the view
 -- makes SQLite materialize all of it.)
@@ -12,6 +13,7 @@ SELECT
     r.started_at,
     r.finished_at,
     r.preflight_status,
+    r.validity,
     m.value,
     m.count,
     (SELECT a.value FROM v_metric_history a
