@@ -56,13 +56,16 @@ def add_agreement(results: list[BenchResult], reference: BenchResult) -> None:
 
 
 def record(results: list[BenchResult], started_at: datetime, finished_at: datetime, model: str,
-           preflight=None, store=None) -> str:
+           preflight=None, store=None, *, host: dict | None = None, **run_fields) -> str:
     """Land one bench invocation in the results store: a run (all engines, one
-    fingerprint), a metric row per engine and metric, and the per-request rows."""
+    fingerprint), a metric row per engine and metric, and the per-request rows.
+
+    `host` is host_facts() of the machine that ran the engines (default: this one);
+    `run_fields` (id, airflow_dag_id, airflow_run_id) go into the RunRecord as given."""
     from jobs.store import MetricRecord, RunRecord, open_store, record_run, upgrade
     store = store or open_store()
     upgrade(store.engine)
-    host = host_facts()
+    host = host or host_facts()
     run = RunRecord(kind="bench", workload=results[0].workload.name, hardware_class=host["hardware_class"],
                     started_at=started_at, finished_at=finished_at,
                     preflight_status=preflight.record_status if preflight else "skipped",
@@ -71,7 +74,7 @@ def record(results: list[BenchResult], started_at: datetime, finished_at: dateti
                             "engines": {r.run.engine: r.run.config for r in results}},
                     git_sha=host["git_sha"], git_dirty=host["git_dirty"], host=host["host"],
                     gpu_name=host["gpu_name"], driver_version=host["driver_version"],
-                    cuda_version=host["cuda_version"])
+                    cuda_version=host["cuda_version"], **run_fields)
     metrics = [MetricRecord(r.run.engine, name, m["value"], m.get("count"), m.get("p50"), m.get("p90"),
                             m.get("p99"), m.get("mean"), m.get("std"))
                for r in results for name, m in r.metrics.items()]
