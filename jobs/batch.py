@@ -15,6 +15,7 @@ only a dot-prefixed temporary file, which readers ignore and commit removes.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -241,6 +242,7 @@ def commit_batch(shard_results: list[dict], params: BatchParams, key: str, dag_i
         existing = json.loads(manifest_path.read_text())
         if existing["run_key"] == key:
             log.info("batch already committed: %s", manifest_path)
+            _remove_leftovers(output, key)
             return existing
     split_path = output / STAGING / key / SPLIT_FILE
     if not split_path.exists():
@@ -281,11 +283,17 @@ def commit_batch(shard_results: list[dict], params: BatchParams, key: str, dag_i
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     os.replace(tmp, manifest_path)
-    # Leftovers of killed writers (dot-prefixed temporaries) and the shards' inputs.
+    _remove_leftovers(output, key)
+    return manifest
+
+
+def _remove_leftovers(output: Path, key: str) -> None:
+    """After the commit: killed writers' dot-prefixed temporaries and the shards' inputs."""
     for leftover in output.glob(".part-*.tmp"):
         leftover.unlink(missing_ok=True)
     shutil.rmtree(output / STAGING / key, ignore_errors=True)
-    return manifest
+    with contextlib.suppress(OSError):   # another run's staging may still be there
+        (output / STAGING).rmdir()
 
 
 def read_committed(output_uri: str) -> pa.Table:
