@@ -51,8 +51,9 @@ def nightly_benchmark():
         from jobs.nightly import NightlyConfig, plan_bench_matrix
         return plan_bench_matrix(NightlyConfig.from_dict(config))
 
-    # Reschedule mode: between pokes the sensor gives its worker slot back.
-    @task.sensor(mode="reschedule", poke_interval=300, timeout=6 * 3600, queue=GPU_QUEUE)
+    # Reschedule mode: between pokes the sensor gives its worker slot back. A poke samples
+    # one quiet window (30 s by default), so it holds a slot only that long.
+    @task.sensor(mode="reschedule", poke_interval=120, timeout=6 * 3600, queue=GPU_QUEUE)
     def preflight(config: dict) -> PokeReturnValue:
         from jobs.nightly import NightlyConfig, wait_for_quiet_host
         outcome = wait_for_quiet_host(NightlyConfig.from_dict(config))
