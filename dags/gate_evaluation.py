@@ -30,9 +30,9 @@ def gate_evaluation():
         return evaluate_gates_now()
 
     @task
-    def report(evaluations: list[dict]) -> str:
+    def report(evaluations: list[dict]) -> None:
         from jobs.nightly import publish_report
-        return publish_report()
+        publish_report()   # prints the table; not returned, so it is not logged twice
 
     report(evaluate())
 
