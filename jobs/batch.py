@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import shutil
+import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -89,6 +90,12 @@ def parse_params(raw: dict) -> BatchParams:
     """The DAG's params as BatchParams; what the JSON schema cannot check is checked here."""
     from engine import SamplingParams
 
+    missing = [name for name in ("model", "input_uri", "output_uri", "num_shards") if raw.get(name) in (None, "")]
+    if missing:
+        raise BatchError(f"missing parameter(s): {', '.join(missing)}")
+    # Refuse URIs no worker can read now, not in a shard task later.
+    _local_path(raw["input_uri"], "input_uri")
+    _local_path(raw["output_uri"], "output_uri")
     sampling = {k: v for k, v in (raw.get("sampling") or {}).items() if k != "seed"}
     unknown = sorted(set(sampling) - set(SAMPLING_KEYS))
     if unknown:
@@ -103,7 +110,6 @@ def parse_params(raw: dict) -> BatchParams:
                          row_group_size=int(raw.get("row_group_size", 256)))
     if params.num_shards < 1 or params.row_group_size < 1:
         raise BatchError("num_shards and row_group_size must be >= 1")
-    params.input_path, params.output_dir   # noqa: B018  (refuses non-local URIs now, not in a shard)
     return params
 
 
@@ -199,8 +205,6 @@ def _committed_part(shard: dict, key: str) -> bool:
 def generate_shard(shard: dict, params: BatchParams, key: str, *,
                    after_row_group: Callable[[int], None] | None = None) -> dict:
     """Generate one shard's part, atomically; skip a shard whose part this run already wrote."""
-    import time
-
     from engine import LLM
     from jobs.bench import host_facts
     from jobs.generate import GenerateError, generate_file

@@ -101,6 +101,8 @@ def test_split_refuses_repeated_ids_bad_rows_remote_uris_and_another_runs_output
         split_input(params(tmp_path), "k")
     with pytest.raises(BatchError, match="only local paths and file:// URIs"):
         params(tmp_path, output_uri="s3://bucket/out")
+    with pytest.raises(BatchError, match="missing parameter\\(s\\): input_uri"):
+        parse_params({"model": "m", "output_uri": "o", "num_shards": 1})
     with pytest.raises(BatchError, match="sampling: unknown field"):
         params(tmp_path, sampling={"temprature": 1})
     write_prompts(tmp_path / "in.jsonl", ["a", "b"])
