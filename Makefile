@@ -33,10 +33,10 @@ demo: setup
 	$(AIRFLOW) db migrate > /dev/null
 	$(AIRFLOW) dags test nightly_benchmark --conf '$(NIGHTLY_CONF)'
 
+BATCH_CONF ?= {"input_uri": "jobs/data/chat_prompts.jsonl", "output_uri": "$(DATA)/example_batch", "num_shards": 2, "sampling": {"max_tokens": 64}}
 demo-batch: setup
 	$(AIRFLOW) db migrate > /dev/null
-	$(AIRFLOW) dags test batch_generation --conf '{"input_uri": "jobs/data/chat_prompts.jsonl", \
-		"output_uri": "$(DATA)/example_batch", "num_shards": 2, "sampling": {"max_tokens": 64}}'
+	$(AIRFLOW) dags test batch_generation --conf '$(BATCH_CONF)'
 
 test: setup
 	$(BIN)/python -m pytest -q -m "not gpu" $(PYTEST_ARGS)
