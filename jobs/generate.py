@@ -46,13 +46,18 @@ def request_seed(base_seed: int, row_id: str) -> int:
 
 
 def generate_file(llm, source: Callable[[], Iterator[PromptRow]], output_path: str | Path,
-                  sampling: dict, seed: int = 0, progress: bool = False) -> dict:
+                  sampling: dict, seed: int = 0, progress: bool = False, *,
+                  row_group_size: int = ROW_GROUP_SIZE, file_metadata: dict[str, str] | None = None,
+                  after_row_group: Callable[[int], None] | None = None) -> dict:
     """Generate for every row that `source()` yields into `output_path`.
 
     `source` is called twice (validate, then generate), so it must return a
     fresh iterator each time, e.g. `lambda: read_prompts(path)`. `sampling`
     holds SamplingParams fields other than the seed. Returns counts. Raises
     GenerateError, with nothing written, for any bad row.
+
+    `file_metadata` lands in the Parquet footer (batch jobs stamp their run on
+    each part); `after_row_group(n)` is called once row group n is written.
     """
     from engine import PromptError, SamplingParams
 
@@ -75,18 +80,27 @@ def generate_file(llm, source: Callable[[], Iterator[PromptRow]], output_path: s
             pending.append(row)
             yield row.engine_prompt, SamplingParams(**sampling, seed=request_seed(seed, row.id))
 
-    with atomic_parquet_writer(output_path, OUTPUT_SCHEMA) as writer:
+    schema = OUTPUT_SCHEMA.with_metadata(file_metadata) if file_metadata else OUTPUT_SCHEMA
+    row_groups = 0
+
+    def write(buffer: list[dict]) -> None:
+        nonlocal written, row_groups
+        writer.write_table(pa.Table.from_pylist(buffer, schema))
+        written += len(buffer)
+        row_groups += 1
+        if after_row_group:
+            after_row_group(row_groups)
+
+    with atomic_parquet_writer(output_path, schema) as writer:
         buffer = []
         for out in llm.stream(engine_requests(), use_tqdm=progress, total=total):
             row = pending.popleft()
             buffer.append(_output_record(row, out))
-            if len(buffer) >= ROW_GROUP_SIZE:
-                writer.write_table(pa.Table.from_pylist(buffer, OUTPUT_SCHEMA))
-                written += len(buffer)
+            if len(buffer) >= row_group_size:
+                write(buffer)
                 buffer.clear()
         if buffer or written == 0:
-            writer.write_table(pa.Table.from_pylist(buffer, OUTPUT_SCHEMA))
-            written += len(buffer)
+            write(buffer)
     return {"rows": written}
 
 

@@ -74,7 +74,9 @@ def fingerprint(workload: str, hardware_class: str, gpu_name: str | None, config
 
 
 def _validate(run: RunRecord, metrics: list[MetricRecord]) -> None:
-    if run.workload not in WORKLOADS:
+    # Bench runs are compared by workload, so theirs must be a registered one; other kinds
+    # (a batch generation) name what they ran in free text.
+    if run.kind == "bench" and run.workload not in WORKLOADS:
         raise IngestError(f"unknown workload {run.workload!r} (known: {', '.join(sorted(WORKLOADS))})")
     if run.preflight_status not in PREFLIGHT_STATUSES:
         raise IngestError(f"preflight_status must be one of {PREFLIGHT_STATUSES}, got {run.preflight_status!r}")

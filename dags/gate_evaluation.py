@@ -1,0 +1,40 @@
+"""Gate evaluation whenever results land: scheduled on the results asset, so every run
+recorded by the nightly benchmark or an ad hoc batch re-evaluates the roadmap gates."""
+from __future__ import annotations
+
+import logging
+
+import pendulum
+from airflow.sdk import dag, task
+
+from roadgate_common import RESULTS
+
+log = logging.getLogger(__name__)
+
+
+@dag(
+    dag_id="gate_evaluation",
+    schedule=[RESULTS],
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["roadgate", "gates"],
+)
+def gate_evaluation():
+    @task
+    def evaluate(triggering_asset_events=None) -> list[dict]:
+        from jobs.nightly import evaluate_gates_now
+        landed = [run_id for events in (triggering_asset_events or {}).values()
+                  for event in events for run_id in (event.extra or {}).get("run_ids", [])]
+        log.info("runs landed since the last evaluation: %s", landed or "none named")
+        return evaluate_gates_now()
+
+    @task
+    def report(evaluations: list[dict]) -> None:
+        from jobs.nightly import publish_report
+        publish_report()   # prints the table; not returned, so it is not logged twice
+
+    report(evaluate())
+
+
+dag = gate_evaluation()

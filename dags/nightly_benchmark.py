@@ -1,0 +1,98 @@
+"""Nightly benchmark: wait for a quiet host, run every engine on every workload, land the
+results, evaluate the roadmap gates, publish the report. Logic lives in jobs/nightly.py.
+
+Trigger with a conf to override the defaults of jobs/data/nightly.yaml, e.g.
+    airflow dags trigger nightly_benchmark --conf '{"engines": ["ours", "hf"]}'
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import Param, PokeReturnValue, dag, task
+
+from roadgate_common import GPU_QUEUE, RESULTS, gpu_task
+
+NULLABLE_NAMES = {"type": ["null", "array"], "items": {"type": "string", "minLength": 1}, "minItems": 1}
+
+
+@dag(
+    dag_id="nightly_benchmark",
+    schedule="0 2 * * *",
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["roadgate", "benchmark"],
+    default_args={"retries": 1, "retry_delay": timedelta(minutes=5)},
+    params={
+        # null: the default of jobs/data/nightly.yaml for the host's profile.
+        "profile": Param("auto", enum=["auto", "cpu", "gpu"]),
+        "engines": Param(None, **NULLABLE_NAMES),
+        "workloads": Param(None, **NULLABLE_NAMES),
+        "reference": Param(None, type=["null", "string"]),
+        "model": Param(None, type=["null", "string"]),
+        "backend": Param(None, type=["null", "string"], enum=[None, "auto", "cuda", "torch"]),
+        "device": Param(None, type=["null", "string"], enum=[None, "cpu", "cuda"]),
+        "preflight": Param({}, type="object", additionalProperties=False, properties={
+            name: {"type": "number", "minimum": 0}
+            for name in ("window_s", "load_threshold", "sample_every_s", "max_gpu_util")}),
+    },
+)
+def nightly_benchmark():
+    # On the gpu queue: the `auto` profile asks the GPU host whether it has a GPU.
+    @task(multiple_outputs=True, queue=GPU_QUEUE)
+    def configure(params=None, dag_run=None) -> dict:
+        from jobs.nightly import resolve_config, staging_dir
+        return {"config": resolve_config(dict(params)).as_dict(),
+                "staging": str(staging_dir(dag_run.dag_id, dag_run.run_id))}
+
+    @task
+    def plan(config: dict) -> list[dict]:
+        from jobs.nightly import NightlyConfig, plan_bench_matrix
+        return plan_bench_matrix(NightlyConfig.from_dict(config))
+
+    # Reschedule mode: between pokes the sensor gives its worker slot back. A poke samples
+    # one quiet window (30 s by default), so it holds a slot only that long.
+    @task.sensor(mode="reschedule", poke_interval=120, timeout=6 * 3600, queue=GPU_QUEUE)
+    def preflight(config: dict) -> PokeReturnValue:
+        from jobs.nightly import NightlyConfig, wait_for_quiet_host
+        outcome = wait_for_quiet_host(NightlyConfig.from_dict(config))
+        return PokeReturnValue(is_done=outcome is not None, xcom_value=outcome)
+
+    @gpu_task(retries=2)
+    def bench(cell: dict, config: dict, staging: str) -> dict:
+        from pathlib import Path
+
+        from jobs.nightly import NightlyConfig, run_bench_cell
+        return run_bench_cell(cell, NightlyConfig.from_dict(config), Path(staging))
+
+    @task(outlets=[RESULTS])
+    def ingest(staged: list[dict], config: dict, preflight_outcome: dict, dag_run=None, outlet_events=None) -> list[str]:
+        from jobs.nightly import NightlyConfig, land_bench_results
+        run_ids = land_bench_results(list(staged), NightlyConfig.from_dict(config), preflight_outcome,
+                                     dag_run.dag_id, dag_run.run_id)
+        outlet_events[RESULTS].extra = {"kind": "bench", "run_ids": run_ids}
+        return run_ids
+
+    @task
+    def evaluate_gates(run_ids: list[str]) -> list[dict]:
+        from jobs.nightly import evaluate_gates_now
+        return evaluate_gates_now()
+
+    @task
+    def report(evaluations: list[dict]) -> None:
+        from jobs.nightly import publish_report
+        publish_report()   # prints the table; not returned, so it is not logged twice
+
+    configured = configure()
+    config, staging = configured["config"], configured["staging"]
+    quiet = preflight(config)
+    staged = bench.partial(config=config, staging=staging).expand(cell=plan(config))
+    quiet >> staged
+    report(evaluate_gates(ingest(staged, config, quiet)))
+
+dag = nightly_benchmark()
+
+if __name__ == "__main__":
+    # `python dags/nightly_benchmark.py`: one run, end to end, in this process (what `make demo` does).
+    dag.test()

@@ -1,0 +1,49 @@
+"""What the roadgate DAGs share: the results asset, and where GPU work runs.
+
+Where GPU tasks run is configuration, read when the DAG files are parsed:
+
+  ROADGATE_TASK_RUNNER=local   (default) in-process on an Airflow worker: LocalExecutor on
+                               one GPU box, or CeleryExecutor workers serving the `gpu` queue.
+  ROADGATE_TASK_RUNNER=docker  in the GPU worker image (ROADGATE_GPU_IMAGE), through the
+                               Docker provider, with one GPU requested per task.
+
+Either way GPU tasks take a slot of the `gpu` pool (size it to the GPUs you have:
+`airflow pools set gpu N "one slot per GPU"`) and go to the `gpu` queue.
+"""
+from __future__ import annotations
+
+import os
+
+from airflow.sdk import Asset, task
+
+# Every run that lands in the results store (nightly or ad hoc) updates this asset;
+# dags/gate_evaluation.py is scheduled on it.
+RESULTS = Asset(name="roadgate_results", uri="roadgate://results-store/runs", group="roadgate")
+GPU_POOL = "gpu"
+GPU_QUEUE = "gpu"
+TASK_RUNNER = os.environ.get("ROADGATE_TASK_RUNNER", "local")
+GPU_IMAGE = os.environ.get("ROADGATE_GPU_IMAGE", "roadgate-gpu-worker:latest")
+# What a container needs to reach the store and the shared data directory.
+FORWARDED_ENV = ("ROADGATE_DATA_DIR", "ROADGATE_DB_URL", "ROADGATE_PARQUET_ROOT")
+
+
+def gpu_task(**kwargs):
+    """A TaskFlow decorator for work that needs one GPU, placed as configured above.
+
+    Task bodies import from jobs/ inside the function: in the container only the
+    function's source travels, and parsing stays fast."""
+    if TASK_RUNNER == "local":
+        return task(pool=GPU_POOL, queue=GPU_QUEUE, **kwargs)
+    if TASK_RUNNER == "docker":
+        from docker.types import DeviceRequest, Mount
+        data_dir = os.path.abspath(os.environ.get("ROADGATE_DATA_DIR", "data"))
+        return task.docker(
+            image=GPU_IMAGE, pool=GPU_POOL, queue=GPU_QUEUE,
+            device_requests=[DeviceRequest(count=1, capabilities=[["gpu"]])],
+            # The data directory (staging, Parquet, SQLite) at the same path inside and out.
+            mounts=[Mount(target=data_dir, source=data_dir, type="bind")],
+            environment={name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
+            | {"ROADGATE_DATA_DIR": data_dir},
+            network_mode=os.environ.get("ROADGATE_DOCKER_NETWORK", "bridge"),
+            auto_remove="success", mount_tmp_dir=False, **kwargs)
+    raise ValueError(f"ROADGATE_TASK_RUNNER must be 'local' or 'docker', got {TASK_RUNNER!r}")

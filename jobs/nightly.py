@@ -1,0 +1,262 @@
+"""The nightly benchmark as plain functions; dags/nightly_benchmark.py only wires them.
+
+    resolve_config -> plan_bench_matrix -> wait_for_quiet_host (a sensor's poke)
+    -> run_bench_cell per (engine, workload) -> land_bench_results -> evaluate_gates_now
+    -> publish_report
+
+Each cell runs one engine on one workload and stages its result (per-request rows
+and summary metrics, one Parquet file) under the DAG run's staging directory.
+Landing groups the cells by workload, measures agreement against the reference
+engine and records one run per workload, all its engines on one fingerprint, as
+`roadgate bench` does in one process. Run ids derive from the DAG run, so landing
+twice records nothing twice, and a retried cell whose result is staged is skipped.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from jobs.atomic import atomic_parquet_writer
+from jobs.workloads import DATA_DIR, WorkloadError, get_workload
+
+log = logging.getLogger(__name__)
+
+NIGHTLY_FILE = DATA_DIR / "nightly.yaml"
+PROFILES = ("auto", "cpu", "gpu")
+BACKENDS = ("auto", "cuda", "torch")
+DEVICES = ("cpu", "cuda")
+PREFLIGHT_KEYS = ("window_s", "load_threshold", "sample_every_s", "max_gpu_util")
+# Engines the shipped defaults name before their adapter is merged into jobs.engines:
+# skipped with a warning while unregistered. An engine named in a run's conf must exist.
+ENGINES_PENDING_MERGE = frozenset({"llamacpp"})
+# Namespace for run ids derived from DAG runs (uuid5), so a re-landed result is recognised.
+RUN_ID_NAMESPACE = uuid.UUID("5b0c8f4e-8d1c-4f57-9a53-6a1f0e0c2b7d")
+STAGED_META_KEY = b"roadgate.bench_cell"
+
+
+class NightlyConfigError(ValueError):
+    """The nightly configuration (file or a run's conf) is bad; the message names the field."""
+
+
+@dataclass(frozen=True)
+class NightlyConfig:
+    profile: str
+    workloads: tuple[str, ...]
+    engines: tuple[str, ...]
+    reference: str | None
+    model: str
+    backend: str
+    device: str
+    gpu_index: int
+    preflight: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "workloads": list(self.workloads), "engines": list(self.engines)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "NightlyConfig":
+        return cls(**{**d, "workloads": tuple(d["workloads"]), "engines": tuple(d["engines"])})
+
+
+def _gpu_present() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+def resolve_config(overrides: dict | None = None, path: Path = NIGHTLY_FILE,
+                   gpu_present=_gpu_present) -> NightlyConfig:
+    """The shipped defaults for this host's profile, with a run's `overrides` on top."""
+    from jobs.engines import ENGINES
+
+    try:
+        base = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise NightlyConfigError(f"{path}: cannot read the nightly configuration ({e})") from None
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    known = {f.name for f in fields(NightlyConfig)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise NightlyConfigError(f"unknown nightly setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    profile = overrides.get("profile", "auto")
+    if profile not in PROFILES:
+        raise NightlyConfigError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
+    if profile == "auto":
+        profile = "gpu" if gpu_present() else "cpu"
+    merged = {k: v for k, v in base.items() if k != "profiles"} | base["profiles"][profile] | overrides
+    merged["profile"] = profile
+    merged["preflight"] = base.get("preflight", {}) | overrides.get("preflight", {})
+
+    engines = list(merged["engines"])
+    if "engines" in overrides:
+        bad = [e for e in engines if e not in ENGINES]
+        if bad:
+            raise NightlyConfigError(f"unknown engine(s) {', '.join(bad)}; registered: {', '.join(sorted(ENGINES))}")
+    else:
+        for e in [e for e in engines if e not in ENGINES and e in ENGINES_PENDING_MERGE]:
+            log.warning("engine %r is in the nightly defaults but not registered yet; skipped", e)
+            engines.remove(e)
+        if any(e not in ENGINES for e in engines):
+            raise NightlyConfigError(f"{path}: unknown engine(s) among {engines}")
+    if not engines or len(set(engines)) != len(engines):
+        raise NightlyConfigError(f"engines must be a non-empty list without repeats, got {engines}")
+    workloads = list(merged["workloads"])
+    if not workloads:
+        raise NightlyConfigError("workloads must be a non-empty list")
+    for w in workloads:
+        try:
+            get_workload(w)
+        except WorkloadError as e:
+            raise NightlyConfigError(str(e)) from None
+    reference = merged.get("reference")
+    if reference is not None and reference not in engines:
+        if "reference" in overrides:
+            raise NightlyConfigError(f"reference engine {reference!r} is not among the engines {engines}")
+        reference = None   # the default reference is not in this run: no agreement measured
+    if merged["backend"] not in BACKENDS:
+        raise NightlyConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {merged['backend']!r}")
+    if merged["device"] not in DEVICES:
+        raise NightlyConfigError(f"device must be one of {', '.join(DEVICES)}, got {merged['device']!r}")
+    bad_preflight = sorted(set(merged["preflight"]) - set(PREFLIGHT_KEYS))
+    if bad_preflight:
+        raise NightlyConfigError(f"unknown preflight setting(s) {', '.join(bad_preflight)}; known: {', '.join(PREFLIGHT_KEYS)}")
+    return NightlyConfig(profile=profile, workloads=tuple(workloads), engines=tuple(engines), reference=reference,
+                         model=merged["model"], backend=merged["backend"], device=merged["device"],
+                         gpu_index=int(merged["gpu_index"]), preflight=dict(merged["preflight"]))
+
+
+def plan_bench_matrix(config: NightlyConfig) -> list[dict]:
+    """One cell per (engine, workload): what the DAG maps its bench task over."""
+    return [{"engine": e, "workload": w} for w in config.workloads for e in config.engines]
+
+
+def wait_for_quiet_host(config: NightlyConfig, inputs=None) -> dict | None:
+    """One poke of the preflight sensor: sample one quiet window (holding the GPU lock so a
+    running benchmark reads as busy). The outcome as a dict when quiet, else None."""
+    from jobs import preflight
+    p = config.preflight
+    try:
+        with preflight.gpu_lock(config.gpu_index):
+            outcome = preflight.check(window_s=p["window_s"], load_threshold=p["load_threshold"],
+                                      timeout_s=p["window_s"], sample_every_s=p["sample_every_s"],
+                                      gpu_index=config.gpu_index, max_gpu_util=p["max_gpu_util"], inputs=inputs)
+    except preflight.Contended as e:
+        log.info("preflight: %s; poking again later", e)
+        return None
+    log.info("preflight: %s (%s)", outcome.status, outcome.reason)
+    return outcome.as_dict() if outcome.status == "quiet" else None
+
+
+def staging_dir(dag_id: str, run_id: str, root: Path | None = None) -> Path:
+    """Where one DAG run's cells leave their results (under the data dir, shared by the workers)."""
+    from jobs.store.db import data_dir
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{dag_id}__{run_id}")
+    return (root or data_dir() / "staging") / safe
+
+
+def run_bench_cell(cell: dict, config: NightlyConfig, staging: Path, lock_wait_s: float = 6 * 3600) -> dict:
+    """Run one engine on one workload while holding the GPU lock; stage the result.
+
+    A cell whose result is already staged (a retried task) is not run again."""
+    from jobs import preflight
+    from jobs.bench import _utcnow, host_facts, run_engine
+
+    path = Path(staging) / cell["workload"] / f"{cell['engine']}.parquet"
+    if path.exists():
+        log.info("%s on %s already staged at %s; not run again", cell["engine"], cell["workload"], path)
+        return {**cell, "path": str(path), "wall_s": _read_staged(path)[0]["wall_s"]}
+    workload = get_workload(cell["workload"])
+    with preflight.gpu_lock(config.gpu_index, timeout_s=lock_wait_s):
+        started = _utcnow()
+        result = run_engine(workload, cell["engine"], config.model, config.backend, config.device)
+        finished = _utcnow()
+    meta = {"engine": cell["engine"], "workload": workload.name, "config": result.run.config,
+            "metrics": result.metrics, "wall_s": result.run.wall_s, "started_at": started.isoformat(),
+            "finished_at": finished.isoformat(), "host": host_facts()}
+    table = pa.Table.from_pylist(result.rows)
+    table = table.replace_schema_metadata({STAGED_META_KEY: json.dumps(meta)})
+    with atomic_parquet_writer(path, table.schema) as writer:
+        writer.write_table(table)
+    return {**cell, "path": str(path), "wall_s": result.run.wall_s}
+
+
+def _read_staged(path: Path) -> tuple[dict, list[dict]]:
+    table = pq.read_table(path)
+    return json.loads(table.schema.metadata[STAGED_META_KEY]), table.to_pylist()
+
+
+def land_bench_results(staged: list[dict], config: NightlyConfig, preflight_outcome: dict | None,
+                       dag_id: str, run_id: str, store=None) -> list[str]:
+    """Record one run per workload from the staged cells; returns the run ids.
+
+    The run ids derive from (dag_id, run_id, workload): landing again changes nothing."""
+    from jobs.bench import BenchResult, add_agreement, record
+    from jobs.engines import EngineRun
+    from jobs.preflight import PreflightOutcome
+
+    outcome = None
+    if preflight_outcome is not None:
+        outcome = PreflightOutcome(**{k: v for k, v in preflight_outcome.items() if k != "exit_code"})
+    by_workload: dict[str, list[tuple[dict, list[dict]]]] = {}
+    for cell in staged:
+        by_workload.setdefault(cell["workload"], []).append(_read_staged(Path(cell["path"])))
+    run_ids = []
+    for name, cells in sorted(by_workload.items()):
+        workload = get_workload(name)
+        hardware = {m["host"]["hardware_class"] for m, _ in cells}
+        if len(hardware) != 1:
+            raise ValueError(f"workload {name!r}: engines ran on different hardware {sorted(hardware)}; "
+                             "their figures are not comparable in one run")
+        results = [BenchResult(workload, EngineRun(m["engine"], m["config"], [], m["wall_s"]), rows, m["metrics"])
+                   for m, rows in cells]
+        reference = next((r for r in results if r.run.engine == config.reference), None)
+        if reference is not None:
+            add_agreement(results, reference)
+        run_uuid = str(uuid.uuid5(RUN_ID_NAMESPACE, f"{dag_id}/{run_id}/{name}"))
+        started = min(datetime.fromisoformat(m["started_at"]) for m, _ in cells)
+        finished = max(datetime.fromisoformat(m["finished_at"]) for m, _ in cells)
+        run_ids.append(record(results, started, finished, config.model, outcome, store, host=cells[0][0]["host"],
+                              id=run_uuid, airflow_dag_id=dag_id, airflow_run_id=run_id))
+    return run_ids
+
+
+def evaluate_gates_now(store=None, roadmap_path: str | None = None) -> list[dict]:
+    """Sync the roadmap file, append one evaluation per row; the verdicts as dicts."""
+    from jobs.gates.evaluate import evaluate_gates
+    from jobs.gates.roadmap import load_roadmap, sync_roadmap
+    from jobs.store import open_store, upgrade
+
+    store = store or open_store()
+    upgrade(store.engine)
+    sync_roadmap(store, load_roadmap(roadmap_path))
+    return [{"roadmap_row_id": e.roadmap_row_id, "status": e.status, "reason": e.reason, "run_id": e.run_id,
+             "value": e.value, "target": e.target} for e in evaluate_gates(store)]
+
+
+def publish_report(store=None, out_dir: str | Path | None = None) -> str:
+    """The nightly report. REPORT HOOK: until jobs.report is merged, the gate status table as
+    text (printed, and written to <out_dir>/gates.txt); afterwards this should call
+    jobs.report.render_dashboard(store, out_dir)."""
+    from sqlalchemy import text as sql
+
+    from jobs.store import open_store
+    from jobs.store.db import data_dir
+    from jobs.store_cli import STATUS_COLUMNS, format_table
+
+    store = store or open_store()
+    with store.engine.connect() as conn:
+        rows = [dict(r._mapping) for r in conn.execute(sql("SELECT * FROM v_roadmap_status ORDER BY roadmap_row_id"))]
+    table = format_table(rows, STATUS_COLUMNS)
+    print(table)
+    out = Path(out_dir) if out_dir else data_dir() / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gates.txt").write_text(table + "\n")
+    return table

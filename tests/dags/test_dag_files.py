@@ -1,0 +1,77 @@
+"""The DAG files parse, and carry the wiring the pipeline depends on."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.dags.conftest import DAGS, REPO, load_dag
+
+DAG_IDS = {"nightly_benchmark", "batch_generation", "gate_evaluation"}
+
+
+def test_every_dag_imports_without_errors(airflow_env):
+    from airflow.dag_processing.dagbag import BundleDagBag
+    bag = BundleDagBag(str(DAGS), bundle_path=str(DAGS), bundle_name="dags-folder")
+    assert bag.import_errors == {}
+    assert set(bag.dags) == DAG_IDS
+
+
+def test_nightly_wiring_gpu_pool_queue_sensor_and_results_outlet(airflow_env):
+    from roadgate_common import RESULTS
+    nightly = load_dag("nightly_benchmark")
+    bench, sensor, ingest = (nightly.task_dict[t] for t in ("bench", "preflight", "ingest"))
+    assert (bench.pool, bench.queue) == ("gpu", "gpu")
+    assert sensor.mode == "reschedule" and sensor.queue == "gpu"
+    assert RESULTS in ingest.outlets
+    assert {t.task_id for t in sensor.downstream_list} >= {"bench"}
+    assert nightly.timetable.expression == "0 2 * * *"
+    gates = load_dag("gate_evaluation")
+    assert RESULTS in gates.timetable.asset_condition.objects
+    generate = load_dag("batch_generation").task_dict["generate"]
+    assert (generate.pool, generate.queue) == ("gpu", "gpu")
+
+
+def _parse_in_subprocess(runner: str) -> subprocess.CompletedProcess:
+    script = (
+        "import json, sys\n"
+        "from airflow.dag_processing.dagbag import BundleDagBag\n"
+        f"bag = BundleDagBag({str(DAGS)!r}, bundle_path={str(DAGS)!r}, bundle_name='dags-folder')\n"
+        "out = {'errors': bag.import_errors}\n"
+        "if not bag.import_errors:\n"
+        "    for dag_id, task_id in [('nightly_benchmark', 'bench'), ('batch_generation', 'generate')]:\n"
+        "        t = bag.dags[dag_id].task_dict[task_id]\n"
+        "        kw = t.partial_kwargs\n"
+        "        out[dag_id] = {'operator': t.operator_class.__name__ if hasattr(t.operator_class, '__name__') else str(t.operator_class),\n"
+        "                       'devices': [d['Capabilities'] + [d['Count']] for d in kw['device_requests']],\n"
+        "                       'image': kw['image'], 'pool': t.pool, 'queue': t.queue}\n"
+        "print(json.dumps(out, default=str))\n")
+    env = {**os.environ, "ROADGATE_TASK_RUNNER": runner, "ROADGATE_GPU_IMAGE": "roadgate-gpu-worker:test"}
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO)
+
+
+def test_docker_runner_puts_gpu_tasks_in_the_gpu_image_with_one_gpu(airflow_env):
+    out = _parse_in_subprocess("docker")
+    assert out.returncode == 0, out.stderr[-2000:]
+    parsed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert parsed["errors"] == {}
+    for dag_id in ("nightly_benchmark", "batch_generation"):
+        placed = parsed[dag_id]
+        assert "Docker" in placed["operator"]
+        assert placed["devices"] == [[["gpu"], 1]]   # one request: capability gpu, count 1
+        assert placed["image"] == "roadgate-gpu-worker:test"
+        assert (placed["pool"], placed["queue"]) == ("gpu", "gpu")
+
+
+def test_an_unknown_task_runner_is_refused_by_name(airflow_env):
+    out = _parse_in_subprocess("kubernetes")
+    parsed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert any("ROADGATE_TASK_RUNNER must be 'local' or 'docker', got 'kubernetes'" in e
+               for e in parsed["errors"].values())
+
+
+def test_jobs_never_import_airflow():
+    offenders = [str(p.relative_to(REPO)) for p in (REPO / "jobs").rglob("*.py")
+                 if "import airflow" in p.read_text() or "from airflow" in p.read_text()]
+    assert offenders == []

@@ -1,0 +1,72 @@
+"""The nightly DAG, end to end on CPU through Airflow's dag.test(), the real model and a
+real SQLite results store; then the gate evaluation DAG sees the run that landed."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from tests.dags.conftest import load_dag
+
+pytestmark = pytest.mark.slow
+
+
+def nightly_engines() -> list[str]:
+    from jobs.engines import ENGINES
+    # llama.cpp joins as soon as its adapter is registered in jobs.engines.
+    return ["ours", "hf"] + (["llamacpp"] if "llamacpp" in ENGINES else [])
+
+
+def test_nightly_dag_runs_end_to_end_on_cpu_and_gate_evaluation_sees_the_new_run(results_store):
+    from airflow.models.asset import AssetEvent
+    from airflow.sdk import DagRunState
+    from airflow.utils.session import create_session
+
+    from jobs.nightly import land_bench_results, resolve_config
+    from jobs.store.models import GateEvaluation, Metric, Run
+    from roadgate_common import RESULTS
+
+    engines = nightly_engines()
+    # The sensor samples the real host; a busy test machine still counts as quiet here.
+    conf = {"profile": "cpu", "engines": engines, "preflight": {"window_s": 0, "load_threshold": 1e9}}
+    dr = load_dag("nightly_benchmark").test(run_conf=conf)
+    assert dr.state == DagRunState.SUCCESS
+
+    with results_store.session() as s:
+        runs = s.scalars(select(Run)).all()
+        assert len(runs) == 1
+        run = runs[0]
+        assert (run.kind, run.workload, run.preflight_status) == ("bench", "cpu-small", "quiet")
+        assert (run.airflow_dag_id, run.airflow_run_id) == ("nightly_benchmark", dr.run_id)
+        assert set(run.config["engines"]) == set(engines)
+        names = {(m.engine, m.metric) for m in s.scalars(select(Metric).where(Metric.run_id == run.id))}
+    for engine in engines:
+        assert {(engine, "output_tok_s"), (engine, "ttft_p50_s"), (engine, "wall_s")} <= names
+    assert ("ours", "agreement") in names and ("hf", "agreement") not in names   # hf is the reference
+
+    # The landing task declared the results asset, naming the run it landed.
+    with create_session() as session:
+        events = session.scalars(select(AssetEvent).where(AssetEvent.source_dag_id == "nightly_benchmark",
+                                                          AssetEvent.source_run_id == dr.run_id)).all()
+        assert [e.extra["run_ids"] for e in events] == [[run.id]]
+        assert events[0].asset.uri == RESULTS.uri
+
+    # Landing the same staged cells again records nothing twice.
+    [staging] = (Path(os.environ["ROADGATE_DATA_DIR"]) / "staging").iterdir()
+    staged = [{"workload": "cpu-small", "engine": p.stem, "path": str(p)} for p in (staging / "cpu-small").iterdir()]
+    assert sorted(c["engine"] for c in staged) == sorted(engines)
+    assert land_bench_results(staged, resolve_config(conf), None, "nightly_benchmark", dr.run_id) == [run.id]
+    with results_store.session() as s:
+        assert s.scalar(select(func.count()).select_from(Run)) == 1
+
+    # The gate evaluation the asset schedules: a new evaluation batch, judged on the new run.
+    gates_dr = load_dag("gate_evaluation").test()
+    assert gates_dr.state == DagRunState.SUCCESS
+    with results_store.session() as s:
+        batches = s.scalars(select(GateEvaluation.batch_id).distinct()).all()
+        assert len(batches) == 2   # the nightly's own evaluation, then gate_evaluation's
+        newest = s.scalars(select(GateEvaluation).where(GateEvaluation.roadmap_row_id == "ROAD-ENGINE-CPU-SMALL-AGREEMENT")
+                           .order_by(GateEvaluation.id.desc())).first()
+    assert newest.run_id == run.id and newest.status in ("PASS", "GATING")
