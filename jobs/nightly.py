@@ -35,9 +35,6 @@ PROFILES = ("auto", "cpu", "gpu")
 BACKENDS = ("auto", "cuda", "torch")
 DEVICES = ("cpu", "cuda")
 PREFLIGHT_KEYS = ("window_s", "load_threshold", "sample_every_s", "max_gpu_util")
-# Engines the shipped defaults name before their adapter is merged into jobs.engines:
-# skipped with a warning while unregistered. An engine named in a run's conf must exist.
-ENGINES_PENDING_MERGE = frozenset({"llamacpp"})
 # Namespace for run ids derived from DAG runs (uuid5), so a re-landed result is recognised.
 RUN_ID_NAMESPACE = uuid.UUID("5b0c8f4e-8d1c-4f57-9a53-6a1f0e0c2b7d")
 STAGED_META_KEY = b"roadgate.bench_cell"
@@ -96,16 +93,9 @@ def resolve_config(overrides: dict | None = None, path: Path = NIGHTLY_FILE,
     merged["preflight"] = base.get("preflight", {}) | overrides.get("preflight", {})
 
     engines = list(merged["engines"])
-    if "engines" in overrides:
-        bad = [e for e in engines if e not in ENGINES]
-        if bad:
-            raise NightlyConfigError(f"unknown engine(s) {', '.join(bad)}; registered: {', '.join(sorted(ENGINES))}")
-    else:
-        for e in [e for e in engines if e not in ENGINES and e in ENGINES_PENDING_MERGE]:
-            log.warning("engine %r is in the nightly defaults but not registered yet; skipped", e)
-            engines.remove(e)
-        if any(e not in ENGINES for e in engines):
-            raise NightlyConfigError(f"{path}: unknown engine(s) among {engines}")
+    bad = [e for e in engines if e not in ENGINES]
+    if bad:
+        raise NightlyConfigError(f"unknown engine(s) {', '.join(bad)}; registered: {', '.join(sorted(ENGINES))}")
     if not engines or len(set(engines)) != len(engines):
         raise NightlyConfigError(f"engines must be a non-empty list without repeats, got {engines}")
     workloads = list(merged["workloads"])
@@ -242,11 +232,12 @@ def evaluate_gates_now(store=None, roadmap_path: str | None = None) -> list[dict
 
 
 def publish_report(store=None, out_dir: str | Path | None = None) -> str:
-    """The nightly report. REPORT HOOK: until jobs.report is merged, the gate status table as
-    text (printed, and written to <out_dir>/gates.txt); afterwards this should call
-    jobs.report.render_dashboard(store, out_dir)."""
+    """The nightly report: the static HTML dashboard (jobs.report) under `out_dir`
+    (default <data dir>/report); the gate status table is printed for the task log.
+    Returns the dashboard's path."""
     from sqlalchemy import text as sql
 
+    from jobs.report import render_dashboard
     from jobs.store import open_store
     from jobs.store.db import data_dir
     from jobs.store_cli import STATUS_COLUMNS, format_table
@@ -254,9 +245,7 @@ def publish_report(store=None, out_dir: str | Path | None = None) -> str:
     store = store or open_store()
     with store.engine.connect() as conn:
         rows = [dict(r._mapping) for r in conn.execute(sql("SELECT * FROM v_roadmap_status ORDER BY roadmap_row_id"))]
-    table = format_table(rows, STATUS_COLUMNS)
-    print(table)
-    out = Path(out_dir) if out_dir else data_dir() / "report"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gates.txt").write_text(table + "\n")
-    return table
+    print(format_table(rows, STATUS_COLUMNS))
+    page = render_dashboard(store, Path(out_dir) if out_dir else data_dir() / "report")
+    print(f"dashboard: {page}")
+    return str(page)

@@ -9,17 +9,16 @@ import pytest
 
 from jobs import nightly
 from jobs.batch import BatchError, BatchParams, commit_batch, parse_params, run_key, split_input
-from jobs.engines import ENGINES
 from jobs.preflight import GpuState, Inputs
 from tests.conftest import CHAT_PROMPTS
 
 
 # ---------------------------------------------------------------- nightly configuration
 
-def test_cpu_defaults_skip_engines_not_merged_yet_and_measure_agreement_against_hf():
+def test_cpu_defaults_run_ours_and_both_peers_and_measure_agreement_against_hf():
     config = nightly.resolve_config(gpu_present=lambda: False)
     assert config.profile == "cpu" and config.workloads == ("cpu-small",) and config.backend == "torch"
-    expected = ("ours", "hf") + (("llamacpp",) if "llamacpp" in ENGINES else ())
+    expected = ("ours", "hf", "llamacpp")
     assert config.engines == expected and config.reference == "hf"
     assert nightly.plan_bench_matrix(config) == [{"engine": e, "workload": "cpu-small"} for e in expected]
     assert nightly.resolve_config(gpu_present=lambda: True).profile == "gpu"
