@@ -75,11 +75,10 @@ def test_a_shard_killed_mid_write_and_run_again_leaves_every_row_exactly_once(tm
     killer.wait()
     killer.stderr.close()
     # The killed writer left a partial temporary file, never a part. Shards that ran before
-    # it (dag.test picks the order of mapped tasks) have their parts.
+    # it have their parts: none, one or both others (dag.test picks the order of mapped tasks).
     assert [p.name for p in out.glob(".part-00001-*.tmp")] and not list(out.glob("part-00001-*.parquet"))
     assert not (out / "_manifest.json").exists()
     written_before_kill = {p.name: p.read_bytes() for p in out.glob("part-*.parquet")}
-    assert written_before_kill
 
     # The same DAG run again (same run id): what a retry or a cleared run does.
     when = datetime.fromisoformat(run_after)
