@@ -8,10 +8,20 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 DATA ?= data
 
-.PHONY: setup demo demo-batch test test-gpu
+.PHONY: setup system-packages demo demo-batch test test-gpu
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# Debian packages: Chromium for the dashboard test, cmake and a C++ compiler for
+# llama.cpp (built from source by pip). Installed when missing if we are root.
+SYSTEM_COMMANDS := chromium cmake g++
+system-packages:
+	@missing=""; for c in $(SYSTEM_COMMANDS); do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	else echo "warning: missing$$missing; install them with apt-get (the dashboard test skips without chromium)"; fi
+
+$(VENV)/.installed: pyproject.toml | system-packages
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH_SPEC)"

@@ -38,7 +38,7 @@ def main() -> None:
               kv_cache_tokens=args.layouts * B * blocks_per_row * bs)
     graphs = llm.runner.graphs
     bucket = graphs.bucket_for(B)
-    g, _ = graphs._graphs[bucket, True]
+    g = graphs.graph(bucket, greedy=True)
     layouts = torch.randperm(llm.block_manager.num_blocks, dtype=torch.int32, device="cuda")
     layouts = layouts[:args.layouts * B * blocks_per_row].view(args.layouts, B, blocks_per_row)
     graphs.seq_lens[:B] = ctx + 1                      # ctx cached tokens plus the new one

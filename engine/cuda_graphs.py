@@ -46,6 +46,10 @@ class DecodeGraphs:
         """The smallest bucket that holds the batch; None if it is larger than all."""
         return next((b for b in self.buckets if b >= batch_size), None)
 
+    def graph(self, bucket: int, greedy: bool) -> torch.cuda.CUDAGraph:
+        """The captured graph itself, for benchmarks that replay it on staged inputs."""
+        return self._graphs[bucket, greedy][0]
+
     def replay(self, bucket: int, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                sampling: SamplingTensors) -> torch.Tensor:
         """Run the bucket's graph on these (bucket-padded) inputs; sampled tokens [bucket]."""

@@ -235,17 +235,13 @@ def publish_report(store=None, out_dir: str | Path | None = None) -> str:
     """The nightly report: the static HTML dashboard (jobs.report) under `out_dir`
     (default <data dir>/report); the gate status table is printed for the task log.
     Returns the dashboard's path."""
-    from sqlalchemy import text as sql
-
     from jobs.report import render_dashboard
     from jobs.store import open_store
     from jobs.store.db import data_dir
-    from jobs.store_cli import STATUS_COLUMNS, format_table
+    from jobs.store_cli import print_gate_status
 
     store = store or open_store()
-    with store.engine.connect() as conn:
-        rows = [dict(r._mapping) for r in conn.execute(sql("SELECT * FROM v_roadmap_status ORDER BY roadmap_row_id"))]
-    print(format_table(rows, STATUS_COLUMNS))
+    print_gate_status(store)
     page = render_dashboard(store, Path(out_dir) if out_dir else data_dir() / "report")
     print(f"dashboard: {page}")
     return str(page)

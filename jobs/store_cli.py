@@ -31,6 +31,11 @@ def _print_query(store: Store, sql: str, columns: list[str] | None = None, param
         print(format_table(rows, columns or list(result.keys())))
 
 
+def print_gate_status(store: Store) -> None:
+    """The roadmap's current status (v_roadmap_status) as a table on stdout."""
+    _print_query(store, "SELECT * FROM v_roadmap_status ORDER BY roadmap_row_id", STATUS_COLUMNS)
+
+
 def _sync(store: Store, path: str | None) -> int:
     try:
         rows = load_roadmap(path)
@@ -66,11 +71,11 @@ def cmd_gates_evaluate(args) -> int:
     _sync(store, args.roadmap)
     evaluations = evaluate_gates(store)
     print(f"{len(evaluations)} rows evaluated")
-    _print_query(store, "SELECT * FROM v_roadmap_status ORDER BY roadmap_row_id", STATUS_COLUMNS)
+    print_gate_status(store)
 
 
 def cmd_gates_status(args) -> int:
-    _print_query(open_store(args.db_url), "SELECT * FROM v_roadmap_status ORDER BY roadmap_row_id", STATUS_COLUMNS)
+    print_gate_status(open_store(args.db_url))
 
 
 def cmd_gates_regressions(args) -> int:

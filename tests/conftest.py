@@ -41,3 +41,17 @@ def hf(model_path):
         model_path.parent, gguf_file=model_path.name, dtype=torch.float32)
     model.eval()
     return model, tok
+
+
+@pytest.fixture
+def default_store(tmp_path, monkeypatch):
+    """An empty, migrated store at the embedded default location (SQLite and Parquet
+    under tmp_path/data), where jobs record when given no URL."""
+    from jobs.store import open_store, upgrade
+    monkeypatch.setenv("ROADGATE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("ROADGATE_DB_URL", raising=False)
+    monkeypatch.delenv("ROADGATE_PARQUET_ROOT", raising=False)
+    store = open_store()
+    upgrade(store.engine)
+    yield store
+    store.engine.dispose()

@@ -9,7 +9,6 @@ from sqlalchemy import func, select
 
 from jobs import git_ref
 from jobs.cli import main
-from jobs.store import open_store, upgrade
 from jobs.store.models import Run
 from tests.conftest import REPO
 
@@ -17,15 +16,9 @@ CPU_OURS = ["bench", "--workload", "cpu-small", "--engine", "ours", "--backend",
 
 
 @pytest.fixture
-def store(tmp_path, monkeypatch):
-    """An empty, migrated SQLite store where bench records by default."""
-    monkeypatch.setenv("ROADGATE_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.delenv("ROADGATE_DB_URL", raising=False)
-    monkeypatch.delenv("ROADGATE_PARQUET_ROOT", raising=False)
-    s = open_store()
-    upgrade(s.engine)
-    yield s
-    s.engine.dispose()
+def store(default_store):
+    """Where bench records by default."""
+    return default_store
 
 
 def run_count(store) -> int:

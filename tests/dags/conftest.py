@@ -36,16 +36,9 @@ def airflow_env(tmp_path_factory) -> dict:
 
 
 @pytest.fixture
-def results_store(tmp_path, monkeypatch, airflow_env):
+def results_store(airflow_env, default_store):
     """The results store the DAG tasks write to: a SQLite file and Parquet under tmp_path."""
-    from jobs.store import open_store, upgrade
-    monkeypatch.setenv("ROADGATE_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.delenv("ROADGATE_DB_URL", raising=False)
-    monkeypatch.delenv("ROADGATE_PARQUET_ROOT", raising=False)
-    store = open_store()
-    upgrade(store.engine)
-    yield store
-    store.engine.dispose()
+    return default_store
 
 
 def load_dag(dag_id: str):
