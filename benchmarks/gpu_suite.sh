@@ -35,13 +35,13 @@ step host-profile python3 benchmarks/host_profile.py --workload fixed-256x128x12
 bench() {  # bench WORKLOAD ENGINE_ARGS...
   local w=$1; shift
   step "bench-$w" python3 -m jobs.cli bench --workload "$w" --model "$ROADGATE_TEST_MODEL" \
-      --engine ours --backend cuda "$@" --json "$OUT/bench-$w.json"
+      --engine ours --backend cuda "$@" --preflight --json "$OUT/bench-$w.json"
 }
 bench latency-b1 --engine hf --device cuda
 bench fixed-256x128x128 --engine hf --device cuda
 bench nano-bench
 step ncu-decode ncu --section SpeedOfLight --section Occupancy --section LaunchStats -k regex:attn_decode_bf16 -c 1 \
-    python3 benchmarks/kernels.py
+    python3 benchmarks/kernels.py --only attention
 
 echo; echo "== logs in $OUT"
 for w in latency-b1 fixed-256x128x128 nano-bench; do [ -f "$OUT/bench-$w.log" ] && tail -n 3 "$OUT/bench-$w.log"; done

@@ -1,17 +1,21 @@
-"""Kernel micro-benchmarks: decode attention against the device copy ceiling.
+"""Kernel micro-benchmarks: decode attention against the device copy ceiling, and
+the small-batch linear layers (our fused gemv kernels against norm/activation +
+cuBLAS) as a decode step's CUDA graph runs them.
 
 Times each case with CUDA events after warm-up, median of many runs, rotating
 over several KV caches so that repeated runs do not time the L2 cache.
-Usage: python3 benchmarks/kernels.py
+Usage: python3 benchmarks/kernels.py [--only attention|linear]
 """
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 import sys
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine.ops.base import AttentionMetadata  # noqa: E402
@@ -49,9 +53,20 @@ def time_ms(fn, n_caches, warmup=20, reps=200):
     return statistics.median(times)
 
 
-def main():
-    ops = CudaOps()
-    print(f"{'case':<44} {'partition':>9} {'median us':>10} {'GB/s':>8} {'% of copy ceiling':>18}")
+def graph_us(fn, calls=20, reps=50) -> float:
+    """Median µs per call of `fn` replayed `calls` times inside one CUDA graph: the
+    per-kernel cost a captured decode step pays, without host launch time."""
+    for _ in range(3):
+        fn()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return time_ms(lambda i: graph.replay(), 1, warmup=5, reps=reps) * 1e3 / calls
+
+
+def attention(ops):
+    print(f"{'case':<52} {'partition':>9} {'median us':>10} {'GB/s':>8} {'% of copy ceiling':>18}")
     for B, ctx in [(256, 1024), (1, 256), (64, 1024), (256, 4096)]:
         q, caches, meta, nbytes = decode_case(B, ctx)
         out = torch.empty_like(q)
@@ -62,8 +77,50 @@ def main():
                                                B, 9, 3, 64, 16, partition), len(caches))
             gbs = nbytes / (ms * 1e-3) / 1e9
             label = f"decode attn B={B} ctx={ctx} (9q/3kv, d=64)" + (" *" if partition == default else "")
-            print(f"{label:<44} {partition:>9} {ms * 1e3:>10.1f} {gbs:>8.0f} "
+            print(f"{label:<52} {partition:>9} {ms * 1e3:>10.1f} {gbs:>8.0f} "
                   f"{100 * gbs * 1e9 / COPY_CEILING:>17.1f}%")
+
+
+def linear(ops):
+    """SmolLM2-135M's four projections at decode batch sizes, bf16."""
+    print(f"{'layer (rows x K -> N)':<36} {'fused ops us':>12} {'norm/act + cuBLAS us':>21}")
+    dt = torch.bfloat16
+    ops.gemv_max_rows = 8        # the gemv kernels at every row count they take
+    for M in (1, 2, 4, 8):
+        for name, K, N in (("norm+qkv", 576, 960), ("o", 576, 576), ("norm+gate_up", 576, 3072),
+                           ("silu+down", 1536, 576)):
+            w = torch.randn(N, K, dtype=dt, device="cuda")
+            res, norm_w = torch.randn(M, K, device="cuda"), torch.rand(K, dtype=dt, device="cuda")
+            if name.startswith("norm"):
+                x = torch.randn(M, K, dtype=dt, device="cuda")
+                ours = lambda: ops.norm_linear(x, res, norm_w, 1e-5, w)  # noqa: E731
+                theirs = lambda: F.linear(ops.rms_norm(x, norm_w, 1e-5, res)[0], w)  # noqa: E731
+            elif name.startswith("silu"):
+                x = torch.randn(M, 2 * K, dtype=dt, device="cuda")
+                ours = lambda: ops.silu_linear(x, w)  # noqa: E731
+                theirs = lambda: F.linear(ops.silu_and_mul(x), w)  # noqa: E731
+            else:
+                x = torch.randn(M, K, dtype=dt, device="cuda")
+                ours = lambda: ops.linear(x, w)  # noqa: E731
+                theirs = lambda: F.linear(x, w)  # noqa: E731
+            print(f"{f'{name} ({M} x {K} -> {N})':<36} {graph_us(ours):>12.2f} {graph_us(theirs):>21.2f}")
+    for M in (1, 256):
+        hidden = torch.randn(M, 576, dtype=dt, device="cuda")
+        head = torch.randn(49152, 576, dtype=dt, device="cuda")
+        head32 = head.float()
+        print(f"{f'lm_head ({M} x 576 -> 49152) bf16->f32':<36} {graph_us(lambda: ops.logits(hidden, head)):>12.2f} "
+              f"{graph_us(lambda: F.linear(hidden.float(), head32)):>21.2f}  (right: the float32 head)")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", choices=("attention", "linear"))
+    args = ap.parse_args()
+    ops = CudaOps()
+    if args.only != "linear":
+        attention(ops)
+    if args.only != "attention":
+        linear(ops)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,12 @@
 //   pass 1: scores q.k for the split's keys -> shared memory (G x partition floats);
 //   softmax statistics per head from shared memory;
 //   pass 2: p-weighted sum of V rows, reduced over the 16 key lanes.
-// One split: the normalised output is written directly. Several: unnormalised
-// partial sums plus (max, sum) go to a workspace and attn_decode_reduce combines them.
-// Launch: grid = (splits, nkv, B), block = 128, dynamic smem = G * partition * 4 bytes.
-//
-// attn_decode_reduce: grid = (nh, B), block = d threads.
+// A sequence within one split: the normalised output is written directly. Several: unnormalised
+// partial sums plus (max, sum) go to a workspace, and the last split of a
+// (sequence, KV head) to finish combines them (a counter per pair, reset by that
+// last block): no second kernel, which at small batch is a launch per layer saved.
+// Launch: grid = (splits, nkv, B), block = 128, dynamic smem = G * partition * 4 bytes;
+// split_counters [B * nkv] int32, zero before the launch (and left zero after it).
 #include "common.cuh"
 
 namespace {
@@ -28,11 +29,11 @@ template <typename T, int DPT> struct Row { uint4 w[DPT * sizeof(T) / 16]; };
 // Issues the loads of this thread's DPT dims of unroll() consecutive steps' rows
 // (zeros past `end`) before any is used. `blocks` is the split's slice of the block
 // table in shared memory, starting at block `first`.
-template <typename T, int D, int DPT>
-__device__ __forceinline__ void load_rows(Row<T, DPT> (&rows)[unroll<T>()], const T* cache, const int* blocks,
+template <typename T, int D, int DPT, int N>
+__device__ __forceinline__ void load_rows(Row<T, DPT> (&rows)[N], const T* cache, const int* blocks,
                                           int first, int bs_shift, int nkv, int kvh, int j0, int end, int d0) {
 #pragma unroll
-    for (int u = 0; u < unroll<T>(); ++u) {
+    for (int u = 0; u < N; ++u) {
         const int j = j0 + u * KEY_LANES + threadIdx.x / DIM_LANES;
 #pragma unroll
         for (int w = 0; w < DPT * (int)sizeof(T) / 16; ++w) rows[u].w[w] = make_uint4(0, 0, 0, 0);
@@ -51,24 +52,74 @@ __device__ __forceinline__ void unpack(const Row<T, DPT>& row, float (&f)[DPT]) 
     for (int c = 0; c < DPT; c += 8) load8(reinterpret_cast<const T*>(&row.w[c * sizeof(T) / 16]), &f[c]);
 }
 
+// A split's result for query head h, dim `dim`: o = sum p v with p = exp(s - m), l = sum p.
+// A sequence within one split is written out normalised; otherwise the partial goes
+// to the workspace for combine_splits.
+template <typename T, int D>
+__device__ __forceinline__ void store_split(float o, float m, float l, int g, int dim, int used, int tok, int b,
+                                            int h, int split, int splits, int nh, T* out, float* part_o,
+                                            float2* part_ml) {
+    if (used == 1) {
+        out[((int64_t)tok * nh + h) * D + dim] = from_float<T>(o / l);
+        return;
+    }
+    const int64_t ws = ((int64_t)b * nh + h) * splits + split;
+    part_o[ws * D + dim] = o;
+    if (dim == 0) part_ml[ws] = make_float2(m, l);
+}
+
+// Called by every block of a sequence split `used` ways once its partials are stored:
+// the last block of the (sequence, KV head) to arrive rescales them all to the common
+// max, writes the output, and resets the counter for the next launch (or graph replay).
+template <typename T, int D>
+__device__ void combine_splits(int G, int kvh, int b, int tok, int used, int splits, int nh, int nkv, T* out,
+                               const float* part_o, const float2* part_ml, int* split_counters, bool& last_split) {
+    __threadfence();                               // this block's partials reach L2 before its count does
+    __syncthreads();
+    int* counter = split_counters + (int64_t)b * nkv + kvh;
+    if (threadIdx.x == 0) last_split = atomicAdd(counter, 1) == used - 1;
+    __syncthreads();
+    if (!last_split) return;
+    __threadfence();
+    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+        const int dim = i % D, h = kvh * G + i / D;
+        const int64_t ws = ((int64_t)b * nh + h) * splits;
+        // __ldcg: other blocks' partials, read from L2 (L1 is not coherent across SMs).
+        float m = -INFINITY;
+        for (int s = 0; s < used; ++s) m = fmaxf(m, __ldcg(&part_ml[ws + s]).x);
+        float o = 0.f, l = 0.f;
+        for (int s = 0; s < used; ++s) {
+            const float2 ml = __ldcg(&part_ml[ws + s]);
+            const float w = __expf(ml.x - m);
+            o += w * __ldcg(&part_o[(ws + s) * D + dim]);
+            l += w * ml.y;
+        }
+        out[((int64_t)tok * nh + h) * D + dim] = from_float<T>(o / l);
+    }
+    if (threadIdx.x == 0) *counter = 0;
+}
+
 template <typename T, int D, int GMAX>
 __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k_cache,
                             const T* __restrict__ v_cache, const int* __restrict__ block_tables, int max_blocks,
                             const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc,
                             T* __restrict__ out, float* __restrict__ part_o, float2* __restrict__ part_ml,
-                            int nh, int nkv, int bs, int partition, int splits, float scale) {
+                            int* __restrict__ split_counters, int nh, int nkv, int bs, int partition, int splits,
+                            float scale) {
     constexpr int DPT = D / DIM_LANES;
     extern __shared__ float scores[];              // [G][partition]
     __shared__ __align__(16) float qs[GMAX][D];    // pre-scaled queries
     __shared__ float red[THREADS / 32][GMAX][D];   // cross-warp reduction of pass 2
     __shared__ float stat_m[GMAX], stat_l[GMAX];
     __shared__ int blocks[MAX_SPLIT_BLOCKS];       // the split's block-table slice
+    __shared__ bool last_split;
 
     const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
     const int G = nh / nkv;
     const int L = seq_lens[b];
     const int start = split * partition, end = min(L, start + partition);
-    if (start >= end) return;  // this split lies past the sequence: the reduce skips it
+    if (start >= end) return;  // this split lies past the sequence: the combine skips it
+    const int used = (L + partition - 1) / partition;   // splits of this sequence that do not exit
     const int tok = query_start_loc[b];
     const int* table = block_tables + (int64_t)b * max_blocks;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -85,7 +136,7 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, const T* 
     // Pass 1: scores.
     for (int j0 = start; j0 < end; j0 += KEY_LANES * unroll<T>()) {
         Row<T, DPT> rows[unroll<T>()];
-        load_rows<T, D, DPT>(rows, k_cache, blocks, first, bs_shift, nkv, kvh, j0, end, d0);
+        load_rows<T, D, DPT, unroll<T>()>(rows, k_cache, blocks, first, bs_shift, nkv, kvh, j0, end, d0);
 #pragma unroll
         for (int u = 0; u < unroll<T>(); ++u) {
             const int j = j0 + u * KEY_LANES + key_lane;
@@ -132,7 +183,7 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, const T* 
         for (int c = 0; c < DPT; ++c) acc[g][c] = 0.f;
     for (int j0 = start; j0 < end; j0 += KEY_LANES * unroll<T>()) {
         Row<T, DPT> rows[unroll<T>()];
-        load_rows<T, D, DPT>(rows, v_cache, blocks, first, bs_shift, nkv, kvh, j0, end, d0);
+        load_rows<T, D, DPT, unroll<T>()>(rows, v_cache, blocks, first, bs_shift, nkv, kvh, j0, end, d0);
 #pragma unroll
         for (int u = 0; u < unroll<T>(); ++u) {
             const int j = j0 + u * KEY_LANES + key_lane;
@@ -162,37 +213,15 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, const T* 
     }
     __syncthreads();
     for (int i = tid; i < G * D; i += THREADS) {
-        const int g = i / D, dim = i % D, h = kvh * G + g;
+        const int g = i / D, dim = i % D;
         float o = 0.f;
 #pragma unroll
         for (int w = 0; w < THREADS / 32; ++w) o += red[w][g][dim];
-        if (splits == 1) {
-            out[((int64_t)tok * nh + h) * D + dim] = from_float<T>(o / stat_l[g]);
-        } else {
-            const int64_t ws = ((int64_t)b * nh + h) * splits + split;
-            part_o[ws * D + dim] = o;
-            if (dim == 0) part_ml[ws] = make_float2(stat_m[g], stat_l[g]);
-        }
+        store_split<T, D>(o, stat_m[g], stat_l[g], g, dim, used, tok, b, kvh * G + g, split, splits, nh, out,
+                          part_o, part_ml);
     }
-}
-
-// Combines the splits of one (sequence, head): rescale each partial to the common max.
-template <typename T>
-__device__ void attn_decode_reduce(const float* __restrict__ part_o, const float2* __restrict__ part_ml,
-                                   const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc,
-                                   T* __restrict__ out, int nh, int D, int partition, int splits) {
-    const int h = blockIdx.x, b = blockIdx.y, dim = threadIdx.x;
-    const int n = min(splits, (seq_lens[b] + partition - 1) / partition);
-    const int64_t ws = ((int64_t)b * nh + h) * splits;
-    float m = -INFINITY;
-    for (int s = 0; s < n; ++s) m = fmaxf(m, part_ml[ws + s].x);
-    float o = 0.f, l = 0.f;
-    for (int s = 0; s < n; ++s) {
-        const float w = __expf(part_ml[ws + s].x - m);
-        o += w * part_o[(ws + s) * D + dim];
-        l += w * part_ml[ws + s].y;
-    }
-    out[((int64_t)query_start_loc[b] * nh + h) * D + dim] = from_float<T>(l > 0.f ? o / l : 0.f);
+    if (used > 1)
+        combine_splits<T, D>(G, kvh, b, tok, used, splits, nh, nkv, out, part_o, part_ml, split_counters, last_split);
 }
 
 // The model-sized case (16-bit cache, d=64, 3 heads per KV head) is held to 72
@@ -202,18 +231,11 @@ __device__ void attn_decode_reduce(const float* __restrict__ part_o, const float
     extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM(T, D, G)) attn_decode_##N##_d##D##_g##G( \
         const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, const int* block_tables,             \
         int max_blocks, const int* seq_lens, const int* query_start_loc, T* out, float* part_o,                 \
-        float2* part_ml, int nh, int nkv, int bs, int partition, int splits, float scale) {                     \
+        float2* part_ml, int* split_counters, int nh, int nkv, int bs, int partition, int splits, float scale) { \
         attn_decode<T, D, G>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens,                 \
-                             query_start_loc, out, part_o, part_ml, nh, nkv, bs, partition, splits, scale);     \
+                             query_start_loc, out, part_o, part_ml, split_counters, nh, nkv, bs, partition,     \
+                             splits, scale);                                                                     \
     }
 #define DECODE_ALL(T, N) \
     DECODE(T, N, 64, 3) DECODE(T, N, 64, 4) DECODE(T, N, 64, 8) DECODE(T, N, 128, 3) DECODE(T, N, 128, 4) DECODE(T, N, 128, 8)
 FOR_EACH_DTYPE(DECODE_ALL)
-
-#define DECODE_REDUCE(T, N)                                                                                   \
-    extern "C" __global__ void attn_decode_reduce_##N(const float* part_o, const float2* part_ml,           \
-                                                      const int* seq_lens, const int* query_start_loc, T* out, \
-                                                      int nh, int D, int partition, int splits) {            \
-        attn_decode_reduce<T>(part_o, part_ml, seq_lens, query_start_loc, out, nh, D, partition, splits);     \
-    }
-FOR_EACH_DTYPE(DECODE_REDUCE)

@@ -282,7 +282,7 @@ class LLM:
             bar.close()
 
     def memory_report(self) -> dict:
-        """GPU bytes by owner: weights (with the fp32 head and RoPE table), the KV cache,
+        """GPU bytes by owner: weights (with the RoPE table), the KV cache,
         and the rest of torch's peak (activations, logits, graph pools)."""
         tensors = [*self.model.tensors(), self.kv_cache]
         owned = sum(t.numel() * t.element_size() for t in tensors)

@@ -1,7 +1,8 @@
 """The Llama forward pass over a paged KV cache, written against the ops contract.
 
-GEMMs are torch `linear` (cuBLAS on the GPU); everything else goes through
-the ops backend. Q/K/V and gate/up projections are fused into one GEMM each.
+Everything goes through the ops backend, linear layers together with the norm
+or activation before them (a backend may fuse the pair). Q/K/V and gate/up
+projections are fused into one GEMM each.
 """
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from engine.model_config import ModelConfig
 from engine.ops import AttentionMetadata, Ops
@@ -75,11 +75,8 @@ class LlamaModel:
                 gate_up=fused(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"),
                 down=take(p + "mlp.down_proj.weight")))
         self.norm = take("model.norm.weight")
-        head = self.embed if c.tie_word_embeddings else take("lm_head.weight")
+        self.lm_head = self.embed if c.tie_word_embeddings else take("lm_head.weight")
         weights.pop("lm_head.weight", None)   # some tied checkpoints store a copy
-        # Logits in float32: bf16 logits round near-ties into exact ties, which
-        # flip greedy picks between otherwise equivalent implementations.
-        self.lm_head = head.float()
         self.cos_sin = rope_cos_sin(c, max_position, device)
         self.scale = c.head_dim ** -0.5
 
@@ -91,16 +88,20 @@ class LlamaModel:
         return sum(t.numel() for t in tensors)
 
     def tensors(self):
-        """Every tensor the model holds on its device (the head's fp32 copy included)."""
-        yield from (self.embed, self.norm, self.lm_head, self.cos_sin)
+        """Every tensor the model holds on its device, each once (a tied head is the embedding)."""
+        yield from (self.embed, self.norm, self.cos_sin)
+        if self.lm_head is not self.embed:
+            yield self.lm_head
         for layer in self.layers:
             yield from vars(layer).values()
 
     def decode_bytes(self) -> int:
         """Weight bytes one decode step reads: every layer, the final norm, the head
-        (the embedding only at the step's token rows, which is negligible)."""
-        return sum(t.numel() * t.element_size() for t in self.tensors() if t is not self.embed
-                   and t is not self.cos_sin)
+        (an untied embedding only at the step's token rows, which is negligible)."""
+        read = [t for t in self.tensors() if t is not self.cos_sin and t is not self.embed]
+        if self.lm_head is self.embed:
+            read.append(self.lm_head)
+        return sum(t.numel() * t.element_size() for t in read)
 
     def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                 kv_cache: torch.Tensor) -> torch.Tensor:
@@ -113,19 +114,18 @@ class LlamaModel:
         h = ops.embed(token_ids, self.embed)
         residual = None
         for layer, cache in zip(self.layers, kv_cache):
-            x, residual = ops.rms_norm(h, layer.attn_norm, c.rms_norm_eps, residual)
-            qkv = F.linear(x, layer.qkv)
+            qkv, residual = ops.norm_linear(h, residual, layer.attn_norm, c.rms_norm_eps, layer.qkv)
             q, k, v = qkv.split([c.q_size, c.kv_size, c.kv_size], dim=-1)
             q = q.reshape(T, c.num_heads, c.head_dim)
             k = k.reshape(T, c.num_kv_heads, c.head_dim)
             v = v.reshape(T, c.num_kv_heads, c.head_dim)
             ops.rope_and_cache(q, k, v, positions, self.cos_sin, cache[0], cache[1], meta.slot_mapping)
             attn = ops.attention(q, cache[0], cache[1], meta, self.scale)
-            h = F.linear(attn.reshape(T, c.q_size), layer.o)
-            x, residual = ops.rms_norm(h, layer.ffn_norm, c.rms_norm_eps, residual)
-            h = F.linear(ops.silu_and_mul(F.linear(x, layer.gate_up)), layer.down)
+            h = ops.linear(attn.reshape(T, c.q_size), layer.o)
+            gate_up, residual = ops.norm_linear(h, residual, layer.ffn_norm, c.rms_norm_eps, layer.gate_up)
+            h = ops.silu_linear(gate_up, layer.down)
         out, _ = ops.rms_norm(h, self.norm, c.rms_norm_eps, residual)
         return out
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden.float(), self.lm_head)
+        return self.ops.logits(hidden, self.lm_head)

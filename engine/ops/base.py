@@ -1,9 +1,11 @@
 """The contract between the model code and an ops backend.
 
-A backend supplies the non-GEMM arithmetic of a Llama forward pass and the
-sampler; the GEMMs are plain `torch.nn.functional.linear` in the model. Every
-backend implements the same functions with the same shapes, so the torch
-backend is the oracle the CUDA kernels are tested against.
+A backend supplies the arithmetic of a Llama forward pass and the sampler.
+Linear layers come with the elementwise op before them (`norm_linear`,
+`silu_linear`): by default the two ops in turn, with the GEMM in torch
+(cuBLAS on the GPU); a backend may fuse them where that pays (the cuda one
+does at small batch). Every backend implements the same functions with the
+same shapes, so the torch backend is the oracle the CUDA kernels are tested against.
 
 Shapes: T tokens in the step (all sequences' new tokens, packed), B sequences,
 H hidden size, nh / nkv query / KV heads, d head dim, V vocabulary.
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+import torch.nn.functional as F
 
 
 @dataclass
@@ -68,3 +71,23 @@ class Ops(Protocol):
     def sample(self, logits: torch.Tensor, sampling: SamplingTensors) -> torch.Tensor:
         """[B, V] logits -> [B] int64 token ids (greedy, or Gumbel-max over the
         temperature-scaled, top-k/top-p filtered distribution with counter-based noise)."""
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """x [T, K] @ weight [N, K]^T -> [T, N] in x's dtype."""
+        return F.linear(x, weight)
+
+    def norm_linear(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
+                    weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """rms_norm(x, norm_weight, eps, residual), then the linear layer: (y, float32 residual)."""
+        normed, residual = self.rms_norm(x, norm_weight, eps, residual)
+        return self.linear(normed, weight), residual
+
+    def silu_linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """silu_and_mul(x), then the linear layer."""
+        return self.linear(self.silu_and_mul(x), weight)
+
+    def logits(self, hidden: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
+        """Float32 logits [T, V] of hidden [T, H] with the head [V, H]. Float32, not the
+        model dtype: bf16 logits round near-ties into exact ties, which flip greedy
+        picks between otherwise equivalent implementations."""
+        return F.linear(hidden.float(), head.float())

@@ -14,7 +14,7 @@ import os
 import torch
 
 from engine.ops import cuda_build
-from engine.ops.base import AttentionMetadata, SamplingTensors
+from engine.ops.base import AttentionMetadata, Ops, SamplingTensors
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 _PREFILL_TILE = 64
@@ -22,6 +22,8 @@ _DECODE_THREADS = 128
 _DECODE_GROUPS = (3, 4, 8)   # query heads per KV head the decode kernel is built for
 _MAX_PARTITION = 1024   # both as in attention_decode.cu
 _MIN_BLOCK_SIZE = 8
+_GEMV_WARPS, _GEMV_KERNEL_MAX_ROWS = 4, 8   # as in gemv.cu
+_SMEM_BYTES = 48 * 1024              # the gemv's x' must fit without an opt-in
 
 
 def _dtype_name(t: torch.Tensor) -> str:
@@ -30,7 +32,7 @@ def _dtype_name(t: torch.Tensor) -> str:
     return _DTYPES[t.dtype]
 
 
-class CudaOps:
+class CudaOps(Ops):
     name = "cuda"
 
     def __init__(self):
@@ -48,6 +50,9 @@ class CudaOps:
         # Decode split policy (see decode_partition); benchmarks/kernels.py sweeps them.
         self.decode_waves = float(os.environ.get("ROADGATE_DECODE_WAVES", 2))
         self.decode_fill_context = int(os.environ.get("ROADGATE_DECODE_FILL_CONTEXT", 1 << 30))
+        # The gemv kernels take up to 8 rows but beat norm/activation + cuBLAS only up to
+        # about 2 (benchmarks/kernels.py: 1 row 12.6 vs 21.3 µs a layer, 4 rows 24.4 vs 21.9).
+        self.gemv_max_rows = 2
         try:
             cubins = cuda_build.build_all(f"sm_{major}{minor}")
         except RuntimeError as e:
@@ -62,13 +67,20 @@ class CudaOps:
             k["silu", dt] = mods["silu_mul"].kernel(f"silu_and_mul_{dt}", "PPil")
             k["rope", dt] = mods["rope_cache"].kernel(f"rope_and_cache_{dt}", "PPPPPPPPiiilll")
             k["sample", dt] = mods["sample"].kernel(f"sample_{dt}", "PiPPPPPPi")
-            k["reduce", dt] = mods["attention_decode"].kernel(f"attn_decode_reduce_{dt}", "PPPPPiiii")
+            if dt != "f32":
+                k["gemv_plain", dt] = mods["gemv"].kernel(f"gemv_plain_{dt}", "PPPiii")
+                k["gemv_norm", dt] = mods["gemv"].kernel(f"gemv_norm_{dt}", "PPPPPPiiif")
+                k["gemv_silu", dt] = mods["gemv"].kernel(f"gemv_silu_{dt}", "PPPiii")
             for d in (64, 128):
                 k["prefill", dt, d] = mods["attention_prefill"].kernel(f"attn_prefill_{dt}_d{d}", "PlPPPiPPPiiif")
                 for g in _DECODE_GROUPS:
                     k["decode", dt, d, g] = mods["attention_decode"].kernel(
-                        f"attn_decode_{dt}_d{d}_g{g}", "PlPPPiPPPPPiiiiif")
+                        f"attn_decode_{dt}_d{d}_g{g}", "PlPPPiPPPPPPiiiiif")
         self._k = k
+        # Decode attention's per-(sequence, KV head) split counters. Kernels leave them
+        # zero; a larger batch gets a new buffer, and old ones stay alive because
+        # captured CUDA graphs hold their addresses.
+        self._split_counters: list[torch.Tensor] = []
 
     def embed(self, token_ids, weight):
         out = torch.empty((token_ids.shape[0], weight.shape[1]), dtype=weight.dtype, device=weight.device)
@@ -89,6 +101,53 @@ class CudaOps:
             self._k["rms_norm", _dtype_name(x)](rows, 256, x, None if residual is None else residual.contiguous(),
                                                 weight, out, r, H, float(eps))
         return out, r
+
+    # ------------------------------------------------------------ linear layers
+    # At a row or two (decode of one or two sequences) our gemv kernels fuse the norm
+    # or activation into the GEMM; above that, the separate ops and cuBLAS.
+
+    def _gemv_fits(self, x: torch.Tensor, weight: torch.Tensor, K: int) -> bool:
+        return (x.dim() == 2 and x.shape[0] <= min(self.gemv_max_rows, _GEMV_KERNEL_MAX_ROWS)
+                and x.dtype == weight.dtype
+                and x.dtype in (torch.bfloat16, torch.float16) and weight.shape[1] == K and K % 8 == 0
+                and x.shape[0] * K * 4 <= _SMEM_BYTES)
+
+    def _gemv(self, kind: str, x: torch.Tensor, weight: torch.Tensor, K: int, between=(), after=()) -> torch.Tensor:
+        """Launch a gemv kernel: its arguments are x, `between`, W, y, M, N, K, `after`."""
+        M, N = x.shape[0], weight.shape[0]
+        y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+        if M:
+            self._k[kind, _dtype_name(x)](math.ceil(N / _GEMV_WARPS), 32 * _GEMV_WARPS, x.contiguous(), *between,
+                                          weight.contiguous(), y, M, N, K, *after, shared=M * K * 4)
+        return y
+
+    def linear(self, x, weight):
+        if not self._gemv_fits(x, weight, x.shape[-1]):
+            return super().linear(x, weight)
+        return self._gemv("gemv_plain", x, weight, x.shape[1])
+
+    def norm_linear(self, x, residual, norm_weight, eps, weight):
+        if not self._gemv_fits(x, weight, x.shape[-1]):
+            return super().norm_linear(x, residual, norm_weight, eps, weight)
+        if residual is not None and residual.dtype != torch.float32:
+            raise TypeError("the residual stream is float32")
+        r = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+        residual = None if residual is None else residual.contiguous()
+        y = self._gemv("gemv_norm", x, weight, x.shape[1], (residual, norm_weight.contiguous(), r), (float(eps),))
+        return y, r
+
+    def silu_linear(self, x, weight):
+        K = x.shape[-1] // 2
+        if not self._gemv_fits(x, weight, K):
+            return super().silu_linear(x, weight)
+        return self._gemv("gemv_silu", x, weight, K)
+
+    def logits(self, hidden, head):
+        if head.dtype == torch.float32:
+            return super().logits(hidden, head)
+        # A 16-bit head read as it is stored, float32 out: the products of 16-bit
+        # values are exact in float32, so this equals the float32 head's logits.
+        return torch.mm(hidden.to(head.dtype), head.t(), out_dtype=torch.float32)
 
     def rope_and_cache(self, q, k, v, positions, cos_sin, k_cache, v_cache, slot_mapping):
         T, nh, d = q.shape
@@ -141,15 +200,18 @@ class CudaOps:
         if splits > 1:
             part_o = torch.empty((B, nh, splits, d), dtype=torch.float32, device=q.device)
             part_ml = torch.empty((B, nh, splits, 2), dtype=torch.float32, device=q.device)
+            counters = self._counters(B * nkv, q.device)
         else:
-            part_o = part_ml = None
+            part_o = part_ml = counters = None
         self._k["decode", dt, d, next(g for g in _DECODE_GROUPS if g >= G)](
             (splits, nkv, B), _DECODE_THREADS, q, q.stride(0), k_cache, v_cache, meta.block_tables,
-            meta.block_tables.shape[1], meta.seq_lens, meta.query_start_loc, out, part_o, part_ml,
+            meta.block_tables.shape[1], meta.seq_lens, meta.query_start_loc, out, part_o, part_ml, counters,
             nh, nkv, bs, partition, splits, float(scale), shared=G * partition * 4)
-        if splits > 1:
-            self._k["reduce", dt]((nh, B), d, part_o, part_ml, meta.seq_lens, meta.query_start_loc, out,
-                                  nh, d, partition, splits)
+
+    def _counters(self, n: int, device) -> torch.Tensor:
+        if not self._split_counters or self._split_counters[-1].numel() < n:
+            self._split_counters.append(torch.zeros(max(n, 4096), dtype=torch.int32, device=device))
+        return self._split_counters[-1]
 
     def silu_and_mul(self, x):
         x = x.contiguous()

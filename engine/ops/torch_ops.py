@@ -6,7 +6,7 @@ import itertools
 import torch
 import torch.nn.functional as F
 
-from engine.ops.base import AttentionMetadata, SamplingTensors
+from engine.ops.base import AttentionMetadata, Ops, SamplingTensors
 
 _MASK32 = 0xFFFFFFFF
 
@@ -65,7 +65,7 @@ def _attend(q, k, v, mask, scale):
     return out.reshape(B, nh, n, d).to(q.dtype)
 
 
-class TorchOps:
+class TorchOps(Ops):
     name = "torch"
 
     def __init__(self) -> None:

@@ -81,6 +81,40 @@ def test_silu_and_mul(ops, dtype, T, I):
     assert rel_err(ops.silu_and_mul(x), REF.silu_and_mul(x)) <= tol(dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M", [1, 3, 8, 9])      # 9 rows: past the gemv kernels, the cuBLAS path
+@pytest.mark.parametrize("K,N", [(576, 960), (576, 3072), (1536, 576), (64, 5)])
+def test_linear_layers(ops, dtype, M, K, N, monkeypatch):
+    monkeypatch.setattr(ops, "gemv_max_rows", 8)   # the kernels' whole range, not only what pays
+    w = torch.randn(N, K, dtype=dtype, device="cuda") * K ** -0.5
+    x = torch.randn(M, K, dtype=dtype, device="cuda")
+    poison_next((M, N), dtype)
+    assert rel_err(ops.linear(x, w), REF.linear(x, w)) <= tol(dtype)
+
+    norm_w = torch.rand(K, dtype=dtype, device="cuda") + 0.5
+    for res in (None, torch.randn(M, K, dtype=torch.float32, device="cuda")):
+        poison_next((M, N), dtype)
+        y, r = ops.norm_linear(x, res, norm_w, 1e-5, w)
+        ref_y, ref_r = REF.norm_linear(x, res, norm_w, 1e-5, w)
+        assert torch.equal(r, ref_r)
+        assert rel_err(y, ref_y) <= tol(dtype)
+
+    gate_up = torch.randn(M, 2 * K, dtype=dtype, device="cuda") * 3
+    poison_next((M, N), dtype)
+    assert rel_err(ops.silu_linear(gate_up, w), REF.silu_linear(gate_up, w)) <= tol(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("T", [1, 256])
+def test_logits_are_float32_of_the_stored_head(ops, dtype, T):
+    head = torch.randn(49152, 576, dtype=dtype, device="cuda")
+    hidden = torch.randn(T, 576, dtype=dtype, device="cuda")
+    out = ops.logits(hidden, head)
+    assert out.dtype == torch.float32
+    # 16-bit products are exact in float32: only the order of the sums differs.
+    assert rel_err(out, hidden.double() @ head.double().t()) <= 1e-6
+
+
 def packed_qkv(T, nh, nkv, d, dtype):
     """q, k, v as the model makes them: strided views into one packed GEMM output."""
     qkv = torch.randn(T, (nh + 2 * nkv) * d, dtype=dtype, device="cuda")
@@ -154,6 +188,16 @@ def test_decode_attention(ops, dtype, nh, nkv, d, seq_lens):
     if seq_lens == "b256":
         seq_lens = torch.randint(1, 1025, (256,)).tolist()
     check_attention(ops, [1] * len(seq_lens), seq_lens, nh, nkv, d, dtype)
+
+
+def test_decode_split_counters_reset_between_launches(ops):
+    """The last split of each sequence combines the partials and zeroes its counter:
+    launch after launch (as graph replays do), the result must not change."""
+    q, kc, vc, meta = paged_batch([1] * 4, [4096, 3000, 97, 1], 9, 3, 64, torch.bfloat16)
+    ref = REF.attention(q.float(), kc.float(), vc.float(), meta, 0.125)
+    outs = [ops.attention(q, kc, vc, meta, 0.125) for _ in range(3)]
+    assert rel_err(outs[0], ref) <= 1e-2
+    assert all(torch.equal(o, outs[0]) for o in outs[1:])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -1,0 +1,135 @@
+// Small-batch linear layers, y[m, n] = sum_k x'[m, k] * W[n, k], with the elementwise
+// op that precedes the GEMM in a Llama layer fused in front of it (the prologue):
+//   gemv_plain: x' = x
+//   gemv_norm:  x' = RMSNorm(x + residual) as rms_norm.cu computes it (the same
+//               roundings); block 0 also writes the float32 residual r = x + residual
+//   gemv_silu:  x' = silu(gate) * up of x = [gate | up], as silu_mul.cu rounds it
+// At a handful of rows a decode step is bound by its kernel count and latency, not
+// by bytes, so fusing the prologue saves a launch per GEMM; each block redoes the
+// prologue (a few KB read from L2) instead of waiting for another kernel.
+//
+// Layout: x [M, Kin] (Kin = K, or 2K for silu), residual [M, K] float, W [N, K]
+// row-major (torch's linear weight), y [M, N]; 16-bit T only (a W chunk of 8 is one
+// 16-byte load). M <= MAX_ROWS, K % 8 == 0.
+// Launch: grid = ceil(N / WARPS), block = 32 * WARPS; each warp owns one output
+// feature n; dynamic smem = M * K * 4 bytes (x' as floats, rounded to T as the
+// unfused ops round it).
+#include "common.cuh"
+
+namespace {
+constexpr int WARPS = 4, MAX_ROWS = 8, CHUNKS = 4;  // 16-byte W chunks in flight per lane
+enum Prologue { PLAIN, NORM, SILU };
+}
+
+// x' into shared memory as floats. Every thread takes 8-element chunks, so a block
+// issues its loads of x together (a loop of single-element loads would pay one L2
+// round trip per iteration).
+template <typename T, Prologue P>
+__device__ void prologue(float* xs, const T* __restrict__ x, const float* __restrict__ residual,
+                         const T* __restrict__ norm_weight, float* __restrict__ res_out, int M, int K, float eps) {
+    __shared__ float inv_rms[MAX_ROWS];
+    const int per_row = K / 8;
+#pragma unroll 4
+    for (int c = threadIdx.x; c < M * per_row; c += blockDim.x) {
+        const int m = c / per_row, k = (c % per_row) * 8;
+        float v[8];
+        if (P == SILU) {
+            float g[8], u[8];
+            load8(x + (int64_t)m * 2 * K + k, g);
+            load8(x + (int64_t)m * 2 * K + K + k, u);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) v[i] = to_float(from_float<T>(to_float(from_float<T>(g[i] / (1.f + expf(-g[i])))) * u[i]));
+        } else {
+            load8(x + (int64_t)m * K + k, v);
+            if (P == NORM && residual) {
+                float r[8];
+                load8(residual + (int64_t)m * K + k, r);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) v[i] += r[i];
+            }
+            if (P == NORM && blockIdx.x == 0) store8(res_out + (int64_t)m * K + k, v);
+        }
+        store8(xs + m * K + k, v);
+    }
+    if (P == NORM) {
+        __syncthreads();
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        for (int m = warp; m < M; m += WARPS) {   // one warp per row: no block-wide reduction
+            float ss = 0.f;
+            for (int k = lane; k < K; k += 32) ss += xs[m * K + k] * xs[m * K + k];
+            ss = warp_sum(ss);
+            if (lane == 0) inv_rms[m] = rsqrtf(ss / K + eps);
+        }
+        __syncthreads();
+#pragma unroll 4
+        for (int c = threadIdx.x; c < M * per_row; c += blockDim.x) {
+            const int m = c / per_row, k = (c % per_row) * 8;
+            float w[8], v[8];
+            load8(norm_weight + k, w);
+            load8(xs + m * K + k, v);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) v[i] = to_float(from_float<T>(w[i] * to_float(from_float<T>(v[i] * inv_rms[m]))));
+            store8(xs + m * K + k, v);
+        }
+    }
+    __syncthreads();
+}
+
+template <typename T, Prologue P>
+__device__ void gemv(const T* __restrict__ x, const float* __restrict__ residual, const T* __restrict__ norm_weight,
+                     float* __restrict__ res_out, const T* __restrict__ w, T* __restrict__ y,
+                     int M, int N, int K, float eps) {
+    extern __shared__ __align__(16) float xs[];     // [M][K]
+    prologue<T, P>(xs, x, residual, norm_weight, res_out, M, K, eps);
+    const int n = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (n >= N) return;
+    const T* row = w + (int64_t)n * K;
+    float acc[MAX_ROWS] = {};
+    for (int k0 = lane * 8; k0 < K; k0 += 32 * 8 * CHUNKS) {
+        // Every chunk's load is issued before any is used: latency, not bandwidth, is the limit.
+        uint4 chunk[CHUNKS];
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) {
+            const int k = k0 + c * 32 * 8;
+            chunk[c] = k < K ? *reinterpret_cast<const uint4*>(row + k) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) {
+            const int k = k0 + c * 32 * 8;
+            if (k >= K) break;
+            float wf[8];
+            load8(reinterpret_cast<const T*>(&chunk[c]), wf);
+#pragma unroll
+            for (int m = 0; m < MAX_ROWS; ++m) {
+                if (m >= M) break;
+                const float4 a = *reinterpret_cast<const float4*>(xs + m * K + k);
+                const float4 b = *reinterpret_cast<const float4*>(xs + m * K + k + 4);
+                acc[m] += a.x * wf[0] + a.y * wf[1] + a.z * wf[2] + a.w * wf[3]
+                        + b.x * wf[4] + b.y * wf[5] + b.z * wf[6] + b.w * wf[7];
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < MAX_ROWS; ++m) {
+        if (m >= M) break;
+        const float s = warp_sum(acc[m]);
+        if (lane == 0) y[(int64_t)m * N + n] = from_float<T>(s);
+    }
+}
+
+#define GEMV(T, N)                                                                                             \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS) gemv_plain_##N(                                  \
+        const T* x, const T* w, T* y, int M, int Nout, int K) {                                              \
+        gemv<T, PLAIN>(x, nullptr, nullptr, nullptr, w, y, M, Nout, K, 0.f);                                   \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS) gemv_norm_##N(                                   \
+        const T* x, const float* residual, const T* norm_weight, float* res_out, const T* w, T* y, int M,     \
+        int Nout, int K, float eps) {                                                                          \
+        gemv<T, NORM>(x, residual, norm_weight, res_out, w, y, M, Nout, K, eps);                               \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS) gemv_silu_##N(                                   \
+        const T* x, const T* w, T* y, int M, int Nout, int K) {                                              \
+        gemv<T, SILU>(x, nullptr, nullptr, nullptr, w, y, M, Nout, K, 0.f);                                    \
+    }
+GEMV(bf16, bf16)
+GEMV(f16, f16)
