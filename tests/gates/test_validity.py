@@ -46,6 +46,14 @@ def test_the_run_verdict_needs_a_quiet_host_and_names_the_failing_engine():
     assert run_verdict(NANO, {"roadgate": measured(5.0, 256)}, "quiet")["valid"]
 
 
+def test_the_agreement_floor_holds_our_engine_and_records_a_peers_agreement():
+    low = measured(1.0, 8, agreement=0.375)
+    verdict = run_verdict(CPU_SMALL, {"ours": measured(1.0, 8, agreement=1.0), "llamacpp": low}, "quiet")
+    assert verdict["valid"] and verdict["engines"]["llamacpp"]["measured"]["agreement"] == 0.375
+    verdict = run_verdict(CPU_SMALL, {"ours": low, "hf": measured(1.0, 8)}, "quiet")
+    assert verdict["reasons"] == ["ours: agreement with the reference 0.375, below the floor 0.75"]
+
+
 def statuses_and_reasons(store) -> dict:
     return {e.roadmap_row_id: (e.status, e.reason) for e in evaluate_gates(store, NOW)}
 
