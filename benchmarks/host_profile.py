@@ -4,6 +4,11 @@ Wraps the step's phases with timers (the engine's own per-phase clocks, plus the
 model runner's input building, sampling tensors and graph replay) and prints
 microseconds per step. The loop is host-bound when the GPU wait is small.
 Usage: python3 benchmarks/host_profile.py [--workload fixed-256x128x128] [--model dummy:smollm2-135m]
+
+--host-only replaces the forward pass and the sampler with stubs (hidden states and
+logits of zeros, so every token is 0) and reports only full-batch decode steps:
+the host's own cost of a steady-state decode step, measurable on a CPU host, e.g.
+  python3 benchmarks/host_profile.py --host-only --backend torch
 """
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine import LLM  # noqa: E402
@@ -39,9 +46,12 @@ def main() -> None:
     ap.add_argument("--workload", default="fixed-256x128x128")
     ap.add_argument("--model", default="dummy:smollm2-135m")
     ap.add_argument("--backend", default="auto")
+    ap.add_argument("--host-only", action="store_true", help="stub the model; time full-batch decode steps")
     args = ap.parse_args()
     workload = get_workload(args.workload)
     llm = LLM(args.model, backend=args.backend)
+    if args.host_only:
+        return host_only(llm, workload)
     requests = workload.requests()
     params = [workload.sampling_params(r, i) for i, r in enumerate(requests)]
     llm.generate([r.prompt for r in requests], params)          # warm-up: every graph bucket replayed once
@@ -64,6 +74,33 @@ def main() -> None:
     print(f"{args.workload}: {steps} steps in {wall:.3f} s ({wall / steps * 1e6:.0f} us per step)")
     for name, seconds in phases.items():
         print(f"  {name:<28}{seconds / steps * 1e6:>10.1f} us/step")
+
+
+def host_only(llm: LLM, workload) -> None:
+    model = llm.model
+    model.forward = lambda token_ids, *_: torch.zeros((token_ids.shape[0], model.config.hidden_size))
+    model.logits = lambda hidden: torch.zeros((hidden.shape[0], 1))    # one-token vocabulary: token 0
+    batches = []
+    schedule = llm.scheduler.schedule
+    llm.scheduler.schedule = lambda: batches.append(schedule()) or batches[-1]
+    requests = workload.requests()
+    full = min(len(requests), llm.scheduler.max_num_seqs)
+    for _ in range(2):                                   # the first round warms up
+        totals, steps = dict.fromkeys(llm.host_time, 0.0), 0
+        for i, r in enumerate(requests):
+            llm.add_request(r.prompt, workload.sampling_params(r, i))
+        while llm.has_unfinished():
+            before = dict(llm.host_time)
+            llm.step()
+            batch = batches.pop()
+            if len(batch.seqs) == full and all(n == 1 for n in batch.num_new_tokens):
+                steps += 1
+                for phase in totals:
+                    totals[phase] += llm.host_time[phase] - before[phase]
+    print(f"{workload.name}, host only: {steps} decode steps of {full} rows")
+    for phase, seconds in totals.items():
+        print(f"  {phase:<28}{seconds / steps * 1e6:>10.1f} us/step")
+    print(f"  {'total':<28}{sum(totals.values()) / steps * 1e6:>10.1f} us/step")
 
 
 if __name__ == "__main__":
