@@ -58,8 +58,10 @@ def main() -> None:
     params = [workload.sampling_params(r, i) for i, r in enumerate(requests)]
     llm.generate([r.prompt for r in requests], params)          # warm-up: every graph bucket replayed once
     runner = llm.runner
-    for name in ("_host_inputs", "_sampling_arrays", "_upload", "_token_ids", "_metadata", "_copy_out", "read"):
+    for name in ("_step_inputs", "_sampling_arrays", "_upload", "_token_ids", "_metadata", "_copy_out", "read"):
         timed(runner, name)
+    for name in ("update", "advance"):
+        timed(runner.input_batch, name)
     if runner.graphs:
         timed(runner.graphs, "replay")
     timed(llm, "_take_tokens")
@@ -80,10 +82,11 @@ def main() -> None:
 
 def host_only(llm: LLM, workload) -> None:
     torch.set_num_threads(1)     # the stubs' tiny ops gain nothing from a thread pool, only noise
-    # Views of buffers allocated once: the stubs cost next to nothing inside `launch`.
+    # Views of buffers allocated once, one wide (a one-token vocabulary: every token is 0):
+    # the stubs and the runner's row gather on them cost next to nothing inside `launch`.
     model = llm.model
-    hidden = torch.zeros((llm.scheduler.max_num_batched_tokens, model.config.hidden_size))
-    logits = torch.zeros((llm.scheduler.max_num_seqs, 1))              # a one-token vocabulary: token 0
+    hidden = torch.zeros((llm.scheduler.max_num_batched_tokens, 1))
+    logits = torch.zeros((llm.scheduler.max_num_seqs, 1))
     model.forward = lambda token_ids, *_: hidden[:token_ids.shape[0]]
     model.logits = lambda rows: logits[:rows.shape[0]]
     batches = []
