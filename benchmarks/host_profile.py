@@ -8,7 +8,7 @@ Usage: python3 benchmarks/host_profile.py [--workload fixed-256x128x128] [--mode
 --host-only replaces the forward pass and the sampler with stubs (hidden states and
 logits of zeros, so every token is 0) and reports only full-batch decode steps:
 the host's own cost of a steady-state decode step, measurable on a CPU host, e.g.
-  python3 benchmarks/host_profile.py --host-only --backend torch
+  python3 benchmarks/host_profile.py --host-only --backend torch [--max-num-seqs 64]
 """
 from __future__ import annotations
 
@@ -47,12 +47,14 @@ def main() -> None:
     ap.add_argument("--model", default="dummy:smollm2-135m")
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--host-only", action="store_true", help="stub the model; time full-batch decode steps")
+    ap.add_argument("--max-num-seqs", type=int, default=256, help="the full batch of --host-only")
     args = ap.parse_args()
     workload = get_workload(args.workload)
     if args.host_only:
         # Room in the KV cache for every request at once: a full batch, never a preemption.
         room = workload.count * (workload.input_len[1] + workload.output_len[1] + 16)
-        return host_only(LLM(args.model, backend=args.backend, dtype="bfloat16", kv_cache_tokens=room), workload)
+        return host_only(LLM(args.model, backend=args.backend, dtype="bfloat16", kv_cache_tokens=room,
+                             max_num_seqs=args.max_num_seqs), workload)
     llm = LLM(args.model, backend=args.backend)
     requests = workload.requests()
     params = [workload.sampling_params(r, i) for i, r in enumerate(requests)]

@@ -65,7 +65,7 @@ class InputBatch:
             self.add(batch.seqs[i], batch.num_new_tokens[i])
         self._append_new_blocks()
 
-    def add(self, seq: Sequence, num_scheduled: int) -> int:
+    def add(self, seq: Sequence, num_scheduled: int) -> None:
         row = self.num_rows
         self.num_rows += 1
         self.seqs[row] = seq
@@ -81,7 +81,6 @@ class InputBatch:
         self.seeds[row] = seq.seed
         self.block_table[row, :len(seq.block_table)] = seq.block_table
         self.num_blocks[row] = len(seq.block_table)
-        return row
 
     def remove(self, row: int) -> None:
         """Drop the row and move the last row into its place."""

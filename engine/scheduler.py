@@ -52,11 +52,11 @@ class Scheduler:
         batch = ScheduledBatch([], [])
         preempted = False
         block_size = self.block_manager.block_size
-        i = 0
-        while i < len(self.running) and budget > 0:
-            seq = self.running[i]
+        # Preemption pops from the tail of `running`, which this loop has not reached yet.
+        for seq in self.running:
+            if budget == 0:
+                break
             if seq.out_of_budget:      # its last token is in flight; nothing to compute
-                i += 1
                 continue
             n = min(seq.num_uncomputed_tokens, budget)
             # Most decodes fit in the blocks the sequence has: only a step that crosses
@@ -73,7 +73,6 @@ class Scheduler:
             batch.seqs.append(seq)
             batch.num_new_tokens.append(n)
             budget -= n
-            i += 1
 
         # Admitting new work right after a preemption would only thrash.
         while self.waiting and budget > 0 and not preempted and len(self.running) < self.max_num_seqs:
