@@ -123,37 +123,36 @@ class ModelRunner:
         per sequence. Padding rows of a graph bucket: token 0, position 0, no cache
         slot (-1), a one-token query and context."""
         n, bs = rows.num_rows, rows.block_size
-        width = pad_to or n
-        query_lens = np.ones(width, np.int32)
+        padded_rows = pad_to or n
+        query_lens = np.ones(padded_rows, np.int32)
         query_lens[:n] = rows.num_scheduled[:n]
-        query_start = np.zeros(width + 1, np.int32)
+        query_start = np.zeros(padded_rows + 1, np.int32)
         np.cumsum(query_lens, out=query_start[1:])
         start = rows.num_computed[:n]
-        seq_lens = np.ones(width, np.int32)
+        seq_lens = np.ones(padded_rows, np.int32)
         seq_lens[:n] = start + query_lens[:n]
 
-        num_tokens = int(query_start[-1])
-        real = int(query_start[n])
+        num_tokens, num_real = int(query_start[-1]), int(query_start[n])
         token_row = np.repeat(np.arange(n), query_lens[:n])
-        pos = start[token_row] + np.arange(real) - query_start[token_row]
+        pos = start[token_row] + np.arange(num_real) - query_start[token_row]
         positions = np.zeros(num_tokens, np.int64)
-        positions[:real] = pos
+        positions[:num_real] = pos
         slots = np.full(num_tokens, -1, np.int64)
-        slots[:real] = rows.block_table[token_row, pos // bs].astype(np.int64) * bs + pos % bs
+        slots[:num_real] = rows.block_table[token_row, pos // bs].astype(np.int64) * bs + pos % bs
 
-        # A pending token is a row's newest, the last of its chunk; it comes from the
-        # previous step's output on the device.
+        # A decode row's token is usually still on the device (sampled by the previous
+        # step): PENDING here, gathered there from the previous step's output.
         pending = rows.pending_source[:n]
         token_ids = np.zeros(num_tokens, np.int64)
-        token_ids[:real] = PENDING_TOKEN
+        token_ids[:num_real] = PENDING_TOKEN
         for row in np.flatnonzero((pending < 0) | (query_lens[:n] > 1)).tolist():
             first, chunk = int(start[row]), int(query_lens[row])
             token_ids[query_start[row]:query_start[row] + chunk] = rows.seqs[row].token_ids[first:first + chunk]
         source_rows = np.full(num_tokens, -1, np.int64)
-        waiting = np.flatnonzero(pending >= 0)
-        source_rows[query_start[waiting + 1] - 1] = pending[waiting]
+        on_device = np.flatnonzero(pending >= 0)
+        source_rows[query_start[on_device + 1] - 1] = pending[on_device]     # a row's newest token
 
-        block_tables = rows.block_table[:width, :int(rows.num_blocks[:n].max())]
+        block_tables = rows.block_table[:padded_rows, :int(rows.num_blocks[:n].max())]
         sample_rows = query_start[sampled + 1].astype(np.int64) - 1
         return StepInputs(token_ids, source_rows, positions, slots, query_start, seq_lens, block_tables,
                           sample_rows)
