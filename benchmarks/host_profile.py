@@ -4,6 +4,11 @@ Wraps the step's phases with timers (the engine's own per-phase clocks, plus the
 model runner's input building, sampling tensors and graph replay) and prints
 microseconds per step. The loop is host-bound when the GPU wait is small.
 Usage: python3 benchmarks/host_profile.py [--workload fixed-256x128x128] [--model dummy:smollm2-135m]
+
+--host-only replaces the forward pass and the sampler with stubs (hidden states and
+logits of zeros, so every token is 0) and reports only full-batch decode steps:
+the host's own cost of a steady-state decode step, measurable on a CPU host, e.g.
+  python3 benchmarks/host_profile.py --host-only --backend torch [--max-num-seqs 64]
 """
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine import LLM  # noqa: E402
@@ -39,15 +46,24 @@ def main() -> None:
     ap.add_argument("--workload", default="fixed-256x128x128")
     ap.add_argument("--model", default="dummy:smollm2-135m")
     ap.add_argument("--backend", default="auto")
+    ap.add_argument("--host-only", action="store_true", help="stub the model; time full-batch decode steps")
+    ap.add_argument("--max-num-seqs", type=int, default=256, help="the full batch of --host-only")
     args = ap.parse_args()
     workload = get_workload(args.workload)
+    if args.host_only:
+        # Room in the KV cache for every request at once: a full batch, never a preemption.
+        room = workload.count * (workload.input_len[1] + workload.output_len[1] + 16)
+        return host_only(LLM(args.model, backend=args.backend, dtype="bfloat16", kv_cache_tokens=room,
+                             max_num_seqs=args.max_num_seqs), workload)
     llm = LLM(args.model, backend=args.backend)
     requests = workload.requests()
     params = [workload.sampling_params(r, i) for i, r in enumerate(requests)]
     llm.generate([r.prompt for r in requests], params)          # warm-up: every graph bucket replayed once
     runner = llm.runner
-    for name in ("_host_inputs", "_sampling_arrays", "_upload", "_token_ids", "_metadata", "_copy_out", "read"):
+    for name in ("_step_inputs", "_sampling_arrays", "_upload", "_token_ids", "_metadata", "_copy_out", "read"):
         timed(runner, name)
+    for name in ("update", "advance"):
+        timed(runner.input_batch, name)
     if runner.graphs:
         timed(runner.graphs, "replay")
     timed(llm, "_take_tokens")
@@ -64,6 +80,38 @@ def main() -> None:
     print(f"{args.workload}: {steps} steps in {wall:.3f} s ({wall / steps * 1e6:.0f} us per step)")
     for name, seconds in phases.items():
         print(f"  {name:<28}{seconds / steps * 1e6:>10.1f} us/step")
+
+
+def host_only(llm: LLM, workload) -> None:
+    torch.set_num_threads(1)     # the stubs' tiny ops gain nothing from a thread pool, only noise
+    # Views of buffers allocated once, one wide (a one-token vocabulary: every token is 0):
+    # the stubs and the runner's row gather on them cost next to nothing inside `launch`.
+    model = llm.model
+    hidden = torch.zeros((llm.scheduler.max_num_batched_tokens, 1))
+    logits = torch.zeros((llm.scheduler.max_num_seqs, 1))
+    model.forward = lambda token_ids, *_: hidden[:token_ids.shape[0]]
+    model.logits = lambda rows: logits[:rows.shape[0]]
+    batches = []
+    schedule = llm.scheduler.schedule
+    llm.scheduler.schedule = lambda: batches.append(schedule()) or batches[-1]
+    requests = workload.requests()
+    full = min(len(requests), llm.scheduler.max_num_seqs)
+    for _ in range(2):                                   # the first round warms up
+        totals, steps = dict.fromkeys(llm.host_time, 0.0), 0
+        for i, r in enumerate(requests):
+            llm.add_request(r.prompt, workload.sampling_params(r, i))
+        while llm.has_unfinished():
+            before = dict(llm.host_time)
+            llm.step()
+            batch = batches.pop()
+            if len(batch.seqs) == full and all(n == 1 for n in batch.num_new_tokens):
+                steps += 1
+                for phase in totals:
+                    totals[phase] += llm.host_time[phase] - before[phase]
+    print(f"{workload.name}, host only: {steps} decode steps of {full} rows")
+    for phase, seconds in totals.items():
+        print(f"  {phase:<28}{seconds / steps * 1e6:>10.1f} us/step")
+    print(f"  {'total':<28}{sum(totals.values()) / steps * 1e6:>10.1f} us/step")
 
 
 if __name__ == "__main__":

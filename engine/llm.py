@@ -14,7 +14,7 @@ from engine.model_source import resolve
 from engine.ops import make_ops, select_backend
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
-from engine.scheduler import ScheduledBatch, Scheduler
+from engine.scheduler import Scheduler
 from engine.sequence import Sequence
 
 # A prompt is text, token ids, or chat messages ({"role", "content"} dicts).
@@ -72,7 +72,8 @@ class LLM:
             from engine.cuda_graphs import DecodeGraphs
             graphs = DecodeGraphs(self.model, self.kv_cache, max_num_seqs, self.max_model_len, block_size,
                                   self.device)
-        self.runner = ModelRunner(self.model, self.kv_cache, block_size, self.device, graphs)
+        self.runner = ModelRunner(self.model, self.kv_cache, block_size, self.device, max_num_seqs,
+                                  self.max_model_len, graphs)
         self._next_request_id = 0
         self._in_flight = None     # the launched step whose tokens the host has not read yet
         # Host seconds per phase of step(); read_and_finish includes waiting for the GPU
@@ -158,7 +159,7 @@ class LLM:
         t0 = time.perf_counter()
         batch = self.scheduler.schedule()
         t1 = time.perf_counter()
-        launched = self.runner.launch(batch, batch.sampling_seqs(), self._in_flight) if batch.seqs else None
+        launched = self.runner.launch(batch, self._in_flight)
         t2 = time.perf_counter()
         finished = self._take_tokens(self._in_flight, work_queued_behind=launched is not None) \
             if self._in_flight else []
@@ -166,9 +167,8 @@ class LLM:
         self.scheduler.commit(batch)
         self._in_flight = launched
         if launched:
-            for seq in launched.seqs:
-                seq.out_of_budget = seq.num_output_tokens >= seq.sampling.max_tokens \
-                    or seq.num_tokens >= self.max_model_len
+            for seq in launched.out_of_budget:
+                seq.out_of_budget = True
         t4 = time.perf_counter()
         clock["schedule"] += t1 - t0
         clock["launch"] += t2 - t1
@@ -229,7 +229,7 @@ class LLM:
             raise RuntimeError("the KV cache is busy; call next_token_logits between generations")
         self.block_manager.allocate(seq, seq.num_tokens)
         try:
-            return self.runner.logits(ScheduledBatch([seq], [seq.num_tokens]), [seq])[0].float().cpu()
+            return self.runner.logits(seq)[0].float().cpu()
         finally:
             self.block_manager.release(seq)
 

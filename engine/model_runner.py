@@ -6,7 +6,9 @@ copy + event) when the engine `read`s them, by which time the next step is
 already queued. A token the host has not read yet is PENDING in its sequence;
 the next step takes it straight from the previous step's device output (a row
 index map, so compaction of the batch is replayed on the device in stream order).
-Decode-only steps replay a CUDA graph when the backend can be captured.
+Inputs are built from a persistent batch (engine.input_batch) whose rows are
+edited in place. Decode-only steps replay a CUDA graph when the backend can be
+captured.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from engine.input_batch import InputBatch
 from engine.model import LlamaModel
 from engine.ops import AttentionMetadata, SamplingTensors
 from engine.scheduler import ScheduledBatch
@@ -31,6 +34,7 @@ class LaunchedStep:
     """A step in flight: one sampled token per row of `seqs`, on the device."""
     seqs: list[Sequence]
     indices: list[int]                 # where each row's token goes in its sequence
+    out_of_budget: list[Sequence]      # those whose token is the last they may produce
     tokens: torch.Tensor               # [>= len(seqs)] int64 on the device (graph rows padded)
     host: torch.Tensor                 # pinned copy of tokens, valid once `ready` has passed
     ready: torch.cuda.Event | None     # None on the CPU: the copy is already done
@@ -51,40 +55,44 @@ class StepInputs:
 
 class ModelRunner:
     def __init__(self, model: LlamaModel, kv_cache: torch.Tensor, block_size: int, device: torch.device,
-                 graphs=None):
+                 max_num_seqs: int, max_model_len: int, graphs=None):
         self.syncs = HostSyncCounter()
         self.model = model
         self.kv_cache = kv_cache
         self.block_size = block_size
         self.device = device
+        self.max_model_len = max_model_len
+        self.input_batch = InputBatch(max_num_seqs, max_model_len, block_size)
         self.graphs = graphs            # engine.cuda_graphs.DecodeGraphs, or None (eager only)
 
     # ------------------------------------------------------------ the step
 
     @torch.inference_mode()
-    def launch(self, batch: ScheduledBatch, sampling_seqs: list[Sequence],
-               previous: LaunchedStep | None) -> LaunchedStep | None:
-        """Enqueue the batch's forward pass and sampling; None if nothing is sampled."""
-        decode_only = bool(sampling_seqs) and all(n == 1 for n in batch.num_new_tokens) \
-            and len(sampling_seqs) == len(batch.seqs)
-        bucket = self.graphs.bucket_for(len(batch.seqs)) if self.graphs and decode_only else None
-        inputs = self._host_inputs(batch, sampling_seqs, previous, pad_to=bucket)
-        params = self._sampling_arrays(sampling_seqs, pad_to=bucket)
+    def launch(self, batch: ScheduledBatch, previous: LaunchedStep | None) -> LaunchedStep | None:
+        """Enqueue the batch's forward pass and sampling; None if nothing is sampled.
+        Called for every scheduled batch, empty ones too: the persistent batch follows them all."""
+        rows = self.input_batch
+        rows.update(batch)
+        n = rows.num_rows
+        if n == 0:
+            return None
+        sampled = np.flatnonzero(rows.num_computed[:n] + rows.num_scheduled[:n] == rows.num_tokens[:n])
+        decode_only = len(sampled) == n and bool((rows.num_scheduled[:n] == 1).all())
+        bucket = self.graphs.bucket_for(n) if self.graphs and decode_only else None
+        inputs = self._step_inputs(rows, sampled, pad_to=bucket)
+        params = self._sampling_arrays(rows, sampled, pad_to=bucket)
         dev = self._upload({**vars(inputs), **params})
         sampling = SamplingTensors(dev["temperature"], dev["top_k"], dev["top_p"], dev["seeds"], dev["counters"],
-                                   all_greedy=all(s.sampling.greedy for s in sampling_seqs),
-                                   any_filter=any(s.sampling.top_k > 0 or s.sampling.top_p < 1
-                                                  for s in sampling_seqs))
+                                   all_greedy=not params["temperature"].any(),
+                                   any_filter=bool((params["top_k"] > 0).any() or (params["top_p"] < 1).any()))
         if bucket is not None:
             tokens = self.graphs.replay(bucket, self._token_ids(inputs, dev, previous), dev["positions"],
                                         self._metadata(inputs, dev), sampling)
         else:
             logits = self._logits(inputs, dev, previous)
-            if not sampling_seqs:
-                return None
-            tokens = self.model.ops.sample(logits, sampling)
-        indices = [s.append_pending() for s in sampling_seqs]
-        return self._copy_out(sampling_seqs, indices, tokens)
+            tokens = self.model.ops.sample(logits, sampling) if len(sampled) else None
+        seqs, indices, out_of_budget = rows.advance(sampled)
+        return self._copy_out(seqs, indices, out_of_budget, tokens) if seqs else None
 
     def read(self, step: LaunchedStep, work_queued_behind: bool) -> list[int]:
         """The step's tokens on the host (waits for its copy if it has not landed)."""
@@ -93,9 +101,12 @@ class ModelRunner:
         return step.host[:len(step.seqs)].tolist()
 
     @torch.inference_mode()
-    def logits(self, batch: ScheduledBatch, sampling_seqs: list[Sequence]) -> torch.Tensor:
-        """Run the batch eagerly; logits [len(sampling_seqs), V] at each sampling sequence's last token."""
-        inputs = self._host_inputs(batch, sampling_seqs, None)
+    def logits(self, seq: Sequence) -> torch.Tensor:
+        """Run a prefill of the whole sequence eagerly, outside the persistent batch;
+        logits [1, V] at its last token."""
+        rows = InputBatch(1, self.max_model_len, self.block_size)
+        rows.update(ScheduledBatch([seq], [seq.num_tokens - seq.num_computed_tokens]))
+        inputs = self._step_inputs(rows, np.zeros(1, np.int64))
         return self._logits(inputs, self._upload(vars(inputs)), None)
 
     # ------------------------------------------------------------ inputs
@@ -105,55 +116,46 @@ class ModelRunner:
                                     self._metadata(inputs, dev), self.kv_cache)
         return self.model.logits(hidden[dev["sample_rows"]])
 
-    def _host_inputs(self, batch: ScheduledBatch, sampling_seqs: list[Sequence],
-                     previous: LaunchedStep | None, pad_to: int | None = None) -> StepInputs:
-        bs = self.block_size
-        rows = pad_to or len(batch.seqs)
-        pad = rows - len(batch.seqs)
-        # Padding rows of a graph bucket: one token, no cache slot, a one-token context.
-        token_ids, positions, slots = [], [], []
-        seq_lens, query_lens = [1] * rows, [1] * rows
-        width = max(len(s.block_table) for s in batch.seqs)
-        block_tables = np.zeros((rows, width), np.int32)
-        pending_rows = {id(s): r for r, s in enumerate(previous.seqs)} if previous else {}
-        source_rows = {}                                  # token index -> previous step's row
-        sampling = {id(s) for s in sampling_seqs}
-        sample_rows = []
-        # Python scalars for decode rows (most rows, one token each); numpy for prefill chunks.
-        for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens)):
-            start = seq.num_computed_tokens
-            table = seq.block_table_array()
-            if n == 1:
-                token = seq.token_ids[start]
-                if token == PENDING_TOKEN:
-                    source_rows[len(token_ids)] = pending_rows[id(seq)]
-                token_ids.append(token)
-                positions.append(start)
-                slots.append(int(table[start // bs]) * bs + start % bs)
-            else:
-                chunk = seq.token_ids[start:start + n]
-                if chunk[-1] == PENDING_TOKEN:            # only the newest token can be pending
-                    source_rows[len(token_ids) + n - 1] = pending_rows[id(seq)]
-                token_ids.extend(chunk)
-                pos = np.arange(start, start + n)
-                positions.extend(pos.tolist())
-                slots.extend((table[pos // bs] * bs + pos % bs).tolist())
-            block_tables[i, :len(table)] = table
-            query_lens[i] = n
-            seq_lens[i] = start + n
-            if id(seq) in sampling:
-                sample_rows.append(len(token_ids) - 1)
-        token_ids += [0] * pad
-        positions += [0] * pad
-        slots += [-1] * pad
-        sources = np.full(len(token_ids), -1, np.int64)
-        if source_rows:
-            sources[list(source_rows)] = list(source_rows.values())
-        query_start = np.zeros(rows + 1, np.int32)
+    @staticmethod
+    def _step_inputs(rows: InputBatch, sampled: np.ndarray, pad_to: int | None = None) -> StepInputs:
+        """The step's inputs over the persistent batch's rows, vectorized; only prefill
+        chunks and tokens the host already has (not pending on the device) are copied
+        per sequence. Padding rows of a graph bucket: token 0, position 0, no cache
+        slot (-1), a one-token query and context."""
+        n, bs = rows.num_rows, rows.block_size
+        padded_rows = pad_to or n
+        query_lens = np.ones(padded_rows, np.int32)
+        query_lens[:n] = rows.num_scheduled[:n]
+        query_start = np.zeros(padded_rows + 1, np.int32)
         np.cumsum(query_lens, out=query_start[1:])
-        return StepInputs(np.asarray(token_ids, np.int64), sources, np.asarray(positions, np.int64),
-                          np.asarray(slots, np.int64), query_start, np.asarray(seq_lens, np.int32),
-                          block_tables, np.asarray(sample_rows, np.int64))
+        start = rows.num_computed[:n]
+        seq_lens = np.ones(padded_rows, np.int32)
+        seq_lens[:n] = start + query_lens[:n]
+
+        num_tokens, num_real = int(query_start[-1]), int(query_start[n])
+        token_row = np.repeat(np.arange(n), query_lens[:n])
+        pos = start[token_row] + np.arange(num_real) - query_start[token_row]
+        positions = np.zeros(num_tokens, np.int64)
+        positions[:num_real] = pos
+        slots = np.full(num_tokens, -1, np.int64)
+        slots[:num_real] = rows.block_table[token_row, pos // bs].astype(np.int64) * bs + pos % bs
+
+        # A decode row's token is usually still on the device (sampled by the previous
+        # step): PENDING here, gathered there from the previous step's output.
+        pending = rows.pending_source[:n]
+        token_ids = np.zeros(num_tokens, np.int64)
+        token_ids[:num_real] = PENDING_TOKEN
+        for row in np.flatnonzero((pending < 0) | (query_lens[:n] > 1)).tolist():
+            first, chunk = int(start[row]), int(query_lens[row])
+            token_ids[query_start[row]:query_start[row] + chunk] = rows.seqs[row].token_ids[first:first + chunk]
+        source_rows = np.full(num_tokens, -1, np.int64)
+        on_device = np.flatnonzero(pending >= 0)
+        source_rows[query_start[on_device + 1] - 1] = pending[on_device]     # a row's newest token
+
+        block_tables = rows.block_table[:padded_rows, :int(rows.num_blocks[:n].max())]
+        sample_rows = query_start[sampled + 1].astype(np.int64) - 1
+        return StepInputs(token_ids, source_rows, positions, slots, query_start, seq_lens, block_tables,
+                          sample_rows)
 
     def _token_ids(self, inputs: StepInputs, dev: dict, previous: LaunchedStep | None) -> torch.Tensor:
         if not (inputs.source_rows >= 0).any():
@@ -171,14 +173,16 @@ class ModelRunner:
             query_lens_host=query_lens.tolist(), seq_lens_host=inputs.seq_lens.tolist())
 
     @staticmethod
-    def _sampling_arrays(seqs: list[Sequence], pad_to: int | None = None) -> dict[str, np.ndarray]:
-        pad = (pad_to or len(seqs)) - len(seqs)
-        params = [s.sampling for s in seqs]
-        return {"temperature": np.asarray([p.temperature for p in params] + [0.0] * pad, np.float32),
-                "top_k": np.asarray([p.top_k for p in params] + [0] * pad, np.int32),
-                "top_p": np.asarray([p.top_p for p in params] + [1.0] * pad, np.float32),
-                "seeds": np.asarray([s.seed for s in seqs] + [0] * pad, np.int64),
-                "counters": np.asarray([s.num_output_tokens for s in seqs] + [0] * pad, np.int64)}
+    def _sampling_arrays(rows: InputBatch, sampled: np.ndarray, pad_to: int | None = None) -> dict[str, np.ndarray]:
+        width = pad_to or len(sampled)
+
+        def padded(values: np.ndarray, fill) -> np.ndarray:
+            out = np.full(width, fill, values.dtype)
+            out[:len(sampled)] = values[sampled]
+            return out
+        return {"temperature": padded(rows.temperature, 0.0), "top_k": padded(rows.top_k, 0),
+                "top_p": padded(rows.top_p, 1.0), "seeds": padded(rows.seeds, 0),
+                "counters": padded(rows.num_tokens - rows.num_prompt, 0)}
 
     def _upload(self, arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         """All of a step's host arrays to the device in one copy: packed at 16-byte
@@ -196,11 +200,12 @@ class ModelRunner:
         return {name: on_device[offsets[name]:offsets[name] + a.nbytes].view(_TORCH_DTYPES[a.dtype]).view(a.shape)
                 for name, a in arrays.items()}
 
-    def _copy_out(self, seqs: list[Sequence], indices: list[int], tokens: torch.Tensor) -> LaunchedStep:
+    def _copy_out(self, seqs: list[Sequence], indices: list[int], out_of_budget: list[Sequence],
+                  tokens: torch.Tensor) -> LaunchedStep:
         if self.device.type != "cuda":
-            return LaunchedStep(seqs, indices, tokens, tokens.cpu(), None)
+            return LaunchedStep(seqs, indices, out_of_budget, tokens, tokens.cpu(), None)
         host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
         host.copy_(tokens, non_blocking=True)
         ready = torch.cuda.Event()
         ready.record()
-        return LaunchedStep(seqs, indices, tokens, host, ready)
+        return LaunchedStep(seqs, indices, out_of_budget, tokens, host, ready)

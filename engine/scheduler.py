@@ -25,10 +25,6 @@ class ScheduledBatch:
     def total_tokens(self) -> int:
         return sum(self.num_new_tokens)
 
-    def sampling_seqs(self) -> list[Sequence]:
-        """Sequences whose every token is computed after this step: they sample one."""
-        return [s for s, n in zip(self.seqs, self.num_new_tokens) if s.num_computed_tokens + n == s.num_tokens]
-
 
 @dataclass
 class SchedulerStats:
@@ -55,25 +51,28 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         batch = ScheduledBatch([], [])
         preempted = False
-        i = 0
-        while i < len(self.running) and budget > 0:
-            seq = self.running[i]
+        block_size = self.block_manager.block_size
+        # Preemption pops from the tail of `running`, which this loop has not reached yet.
+        for seq in self.running:
+            if budget == 0:
+                break
             if seq.out_of_budget:      # its last token is in flight; nothing to compute
-                i += 1
                 continue
             n = min(seq.num_uncomputed_tokens, budget)
-            while not self.block_manager.can_allocate(seq, n) and self.running[-1] is not seq:
-                self._preempt(self.running.pop())
-                preempted = True
-            if not self.block_manager.can_allocate(seq, n):
-                self._preempt(self.running.pop())   # seq itself: nothing left to take from
-                preempted = True
-                break
-            self.block_manager.allocate(seq, n)
+            # Most decodes fit in the blocks the sequence has: only a step that crosses
+            # into a new block needs the block manager.
+            if seq.num_computed_tokens + n > len(seq.block_table) * block_size:
+                while not self.block_manager.can_allocate(seq, n) and self.running[-1] is not seq:
+                    self._preempt(self.running.pop())
+                    preempted = True
+                if not self.block_manager.can_allocate(seq, n):
+                    self._preempt(self.running.pop())   # seq itself: nothing left to take from
+                    preempted = True
+                    break
+                self.block_manager.allocate(seq, n)
             batch.seqs.append(seq)
             batch.num_new_tokens.append(n)
             budget -= n
-            i += 1
 
         # Admitting new work right after a preemption would only thrash.
         while self.waiting and budget > 0 and not preempted and len(self.running) < self.max_num_seqs:
@@ -97,10 +96,14 @@ class Scheduler:
     def commit(self, batch: ScheduledBatch) -> None:
         """Record that the batch's tokens are now in the KV cache (sequences that
         finished meanwhile are gone: their blocks are released)."""
+        caching = self.block_manager.enable_prefix_caching
+        block_size = self.block_manager.block_size
         for seq, n in zip(batch.seqs, batch.num_new_tokens):
             if seq.status is SequenceStatus.RUNNING:
                 seq.num_computed_tokens += n
-                self.block_manager.register_computed_blocks(seq)
+                # Only a step that fills a block has a block to publish to the prefix cache.
+                if caching and seq.num_computed_tokens >= (len(seq.block_hashes) + 1) * block_size:
+                    self.block_manager.register_computed_blocks(seq)
 
     def finish(self, seq: Sequence) -> None:
         """Drop a finished sequence, running or (preempted with a token in flight) waiting."""

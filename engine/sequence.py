@@ -5,8 +5,6 @@ import enum
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from engine.sampling_params import SamplingParams
 
 
@@ -36,7 +34,6 @@ class Sequence:
         # hit) when the sequence is preempted and later recomputed.
         self.num_computed_tokens = 0
         self.block_table: list[int] = []
-        self._table_array: tuple[list[int], np.ndarray] | None = None   # see block_table_array
         self.block_hashes: list[int] = []   # prefix-cache hashes of full blocks
         self.finish_reason: str | None = None
         self.token_times: list[float] = []
@@ -45,14 +42,6 @@ class Sequence:
         # Set when the pending token is the last this sequence may produce (max_tokens
         # or the context limit): the scheduler gives it no further step.
         self.out_of_budget = False
-
-    def block_table_array(self) -> np.ndarray:
-        """block_table as int64 numpy, rebuilt only when the table grew or was replaced
-        (the block manager appends to the list in place, and replaces it on release)."""
-        cached = self._table_array
-        if cached is None or cached[0] is not self.block_table or len(cached[1]) != len(self.block_table):
-            cached = self._table_array = (self.block_table, np.asarray(self.block_table, np.int64))
-        return cached[1]
 
     @property
     def num_tokens(self) -> int:

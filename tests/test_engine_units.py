@@ -62,7 +62,8 @@ def test_scheduler_respects_token_budget_and_seq_limit():
         s.add(seq(i, 7, start=10 * i))
     batch = s.schedule()
     assert [x.request_id for x in batch.seqs] == [0, 1] and batch.num_new_tokens == [7, 3]
-    assert batch.sampling_seqs() == [batch.seqs[0]]     # seq 1's prompt is only partly done
+    # Seq 0's prompt is done after this step (it samples); 4 of seq 1's are left.
+    assert [x.num_uncomputed_tokens - n for x, n in zip(batch.seqs, batch.num_new_tokens)] == [0, 4]
     s.commit(batch)
     batch.seqs[0].append_pending()                      # sampled; its value not read yet
     batch = s.schedule()                                  # decode + rest of prefill; seq 2 waits
