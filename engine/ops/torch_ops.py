@@ -48,20 +48,19 @@ def filter_logits(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
 def _attend(q, k, v, mask, scale):
     """softmax(q k^T * scale + mask) v in float32, written out plainly so the
     oracle does not depend on which fused SDPA kernel a device picks.
-    q [B, nh, n, d]; k, v [B, L, nkv, d] (the cache's own layout, not copied);
+    q [B, nh, n, d]; k, v [B, L, nkv, d] (the cache's own layout);
     mask [B or 1, 1, n or 1, L] bool (True = attend)."""
     B, nh, n, d = q.shape
     nkv = k.shape[2]
     groups = nh // nkv
-    # The query heads of one KV head become extra query rows; each KV head is a
-    # strided view of the cache rows, which the matrix products take as they are.
+    # The query heads of one KV head become extra query rows, so all heads go
+    # through one pair of batched products (per-head loops cost more in dispatch
+    # than the products themselves at decode sizes).
     qg = (q.float() * scale).reshape(B, nkv, groups * n, d)
     mask = mask.repeat(1, 1, groups, 1) if mask.shape[2] > 1 else mask
-    out = torch.empty(B, nkv, groups * n, d, dtype=torch.float32, device=q.device)
-    for h in range(nkv):
-        scores = torch.matmul(qg[:, h], k[:, :, h].float().transpose(-1, -2))     # [B, G n, L]
-        probs = scores.masked_fill(~mask[:, 0], float("-inf")).softmax(dim=-1)
-        torch.matmul(probs, v[:, :, h].float(), out=out[:, h])
+    scores = torch.matmul(qg, k.float().permute(0, 2, 3, 1))                     # [B, nkv, G n, L]
+    probs = scores.masked_fill_(~mask, float("-inf")).softmax(dim=-1)
+    out = torch.matmul(probs, v.float().transpose(1, 2))                         # [B, nkv, G n, d]
     return out.reshape(B, nh, n, d).to(q.dtype)
 
 
@@ -69,8 +68,10 @@ class TorchOps(Ops):
     name = "torch"
 
     def __init__(self) -> None:
-        # cos/sin rows of the current step's positions: every layer needs the same.
+        # cos/sin rows of the current step's positions, and the decode rows' gather
+        # indices and mask: every layer of a step needs the same.
         self._rope_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._decode_plan: tuple | None = None
 
     def embed(self, token_ids, weight):
         return F.embedding(token_ids, weight)
@@ -121,24 +122,26 @@ class TorchOps(Ops):
             out[offsets[i]:offsets[i] + n] = o[0].transpose(0, 1)
         return out
 
-    @staticmethod
-    def _decode(q, k_cache, v_cache, meta, scale, rows, offsets, block_size, out):
+    def _decode(self, q, k_cache, v_cache, meta, scale, rows, offsets, block_size, out):
         """All one-token queries at once, over their padded gathered contexts."""
-        lens = [meta.seq_lens_host[i] for i in rows]
-        nblocks = -(-max(lens) // block_size)
-        all_rows = len(rows) == len(meta.query_lens_host)
-        tables = meta.block_tables[:, :nblocks] if all_rows else \
-            meta.block_tables[torch.tensor(rows, device=q.device), :nblocks]
-        flat = tables.reshape(-1).long()
+        if self._decode_plan is None or self._decode_plan[0] is not meta:
+            lens = [meta.seq_lens_host[i] for i in rows]
+            nblocks = -(-max(lens) // block_size)
+            all_rows = len(rows) == len(meta.query_lens_host)
+            tables = meta.block_tables[:, :nblocks] if all_rows else \
+                meta.block_tables[torch.tensor(rows, device=q.device), :nblocks]
+            # Slots past a row's length hold stale values from earlier sequences;
+            # they get zero weight (the cache starts zeroed, so none is NaN).
+            mask = torch.arange(nblocks * block_size, device=q.device)[None, :] < \
+                torch.tensor(lens, device=q.device)[:, None]
+            tok = None if all_rows else torch.tensor([offsets[i] for i in rows], device=q.device)
+            self._decode_plan = (meta, tables.reshape(-1).long(), mask[:, None, None, :], tok)
+        _, flat, mask, tok = self._decode_plan
         k = k_cache.index_select(0, flat).view(len(rows), -1, *k_cache.shape[2:])   # [R, Lmax, nkv, d]
         v = v_cache.index_select(0, flat).view(len(rows), -1, *v_cache.shape[2:])
-        # Slots past a row's length hold stale values from earlier sequences;
-        # they get zero weight (the cache starts zeroed, so none is NaN).
-        mask = torch.arange(k.shape[1], device=q.device)[None, :] < torch.tensor(lens, device=q.device)[:, None]
-        tok = None if all_rows else torch.tensor([offsets[i] for i in rows], device=q.device)
-        qd = (q if all_rows else q[tok])[:, :, None, :]   # [R, nh, 1, d]
-        o = _attend(qd, k, v, mask[:, None, None, :], scale)[:, :, 0, :]
-        if all_rows:
+        qd = (q if tok is None else q[tok])[:, :, None, :]   # [R, nh, 1, d]
+        o = _attend(qd, k, v, mask, scale)[:, :, 0, :]
+        if tok is None:
             out.copy_(o)
         else:
             out[tok] = o
