@@ -42,15 +42,15 @@ class BenchResult:
 
 
 def run_engine(workload: Workload, engine: str, model: str = DEFAULT_MODEL, backend: str = "auto",
-               device: str = "cpu") -> BenchResult:
+               device: str = "cpu", dtype: str = "auto") -> BenchResult:
     module = engine_module(engine)
     entered = time.perf_counter()
     if engine == "ours":
-        run = module.run(workload, model, backend=backend)
+        run = module.run(workload, model, backend=backend, dtype=dtype)
     elif engine == "llamacpp":
-        run = module.run(workload, model)   # always on CPU: it is the CPU floor
+        run = module.run(workload, model)   # always on CPU, in the GGUF's own types: it is the CPU floor
     else:
-        run = module.run(workload, model, device=device)
+        run = module.run(workload, model, device=device, dtype=dtype)
     engine_s = time.perf_counter() - entered
     rows = [request_row(c) for c in run.completions]
     metrics = summarize(rows, run.wall_s)
@@ -119,6 +119,8 @@ def run_at_commit(workload: Workload, sha: str, args: argparse.Namespace) -> lis
         summary = Path(out) / "bench.json"
         command = [sys.executable, "-m", "jobs.cli", "bench", "--workload", workload.name, "--model", args.model,
                    "--backend", args.backend, "--device", args.device, "--no-store", "--json", str(summary)]
+        if args.dtype != "auto":   # older commits may not know the option; "auto" is their behaviour
+            command += ["--dtype", args.dtype]
         command += [flag for engine in args.engine for flag in ("--engine", engine)]
         # Only the worktree on the path: its jobs and engine packages, not this checkout's.
         env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -196,6 +198,9 @@ def register(sub) -> None:
                    help="repeat to run several engines in one run (the last is the agreement reference)")
     p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--backend", default="auto", choices=["auto", "cuda", "torch"], help="our engine's backend")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="weights and activations of ours and hf (auto: bfloat16 on a GPU, float32 on CPU); "
+                        "llama.cpp runs the GGUF's own types")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                    help="the HF peer's device (llama.cpp always runs on CPU)")
     p.add_argument("--ref", help="run the engines from this git commit (a temporary worktree) and record the "
@@ -263,7 +268,8 @@ def run_cli(args: argparse.Namespace) -> int:
                 print(f"roadgate bench: error: {e}", file=sys.stderr)
                 return 1
         else:
-            results = [run_engine(workload, e, args.model, args.backend, args.device) for e in args.engine]
+            results = [run_engine(workload, e, args.model, args.backend, args.device, args.dtype)
+                       for e in args.engine]
     if len(results) > 1 and not sha:
         add_agreement(results, results[-1])
     print(format_table(results))

@@ -90,3 +90,12 @@ def test_bench_refuses_unknown_workload_and_stores_nothing(tmp_path, monkeypatch
     assert main(["bench", "--workload", "nope", "--engine", "ours"]) == 2
     assert "unknown workload 'nope'" in capsys.readouterr().err
     assert not (tmp_path / "roadgate.db").exists()
+
+
+def test_dtype_reaches_our_engine_and_hf_and_lands_in_the_fingerprint():
+    from jobs.bench import run_engine
+    workload = get_workload("cpu-small")
+    for engine in ("ours", "hf"):
+        result = run_engine(workload, engine, backend="torch", dtype="bfloat16")
+        assert result.run.config["dtype"] == "bfloat16"
+        assert all(r["output_tokens"] == 32 for r in result.rows)

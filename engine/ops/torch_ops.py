@@ -72,6 +72,7 @@ class TorchOps(Ops):
         # indices and mask: every layer of a step needs the same.
         self._rope_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._decode_plan: tuple | None = None
+        self._head32: tuple[torch.Tensor, torch.Tensor] | None = None   # (head, its float32 copy)
 
     def embed(self, token_ids, weight):
         return F.embedding(token_ids, weight)
@@ -145,6 +146,13 @@ class TorchOps(Ops):
             out.copy_(o)
         else:
             out[tok] = o
+
+    def logits(self, hidden, head):
+        # A 16-bit head is widened once, not at every step (torch has no 16-bit x
+        # 16-bit -> float32 product off the GPU).
+        if self._head32 is None or self._head32[0] is not head:
+            self._head32 = (head, head.float())
+        return F.linear(hidden.float(), self._head32[1])
 
     def silu_and_mul(self, x):
         gate, up = x.chunk(2, dim=-1)
