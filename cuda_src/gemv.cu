@@ -75,45 +75,122 @@ __device__ void prologue(float* xs, const T* __restrict__ x, const float* __rest
     __syncthreads();
 }
 
+// sums[r][m] = dot(x'[m], W row rows[r]) for R rows of W at once, in every lane of the warp.
+template <typename T, int R>
+__device__ __forceinline__ void row_dots(const T* const (&rows)[R], const float* xs, int M, int K,
+                                         float (&sums)[R][MAX_ROWS]) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int m = 0; m < MAX_ROWS; ++m) sums[r][m] = 0.f;
+    for (int k0 = lane * 8; k0 < K; k0 += 32 * 8 * CHUNKS) {
+        // Every chunk's load is issued before any is used: latency, not bandwidth, is the limit.
+        uint4 chunk[R][CHUNKS];
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int c = 0; c < CHUNKS; ++c) {
+                const int k = k0 + c * 32 * 8;
+                chunk[r][c] = k < K ? *reinterpret_cast<const uint4*>(rows[r] + k) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) {
+            const int k = k0 + c * 32 * 8;
+            if (k >= K) break;
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                float wf[8];
+                load8(reinterpret_cast<const T*>(&chunk[r][c]), wf);
+#pragma unroll
+                for (int m = 0; m < MAX_ROWS; ++m) {
+                    if (m >= M) break;
+                    const float4 a = *reinterpret_cast<const float4*>(xs + m * K + k);
+                    const float4 b = *reinterpret_cast<const float4*>(xs + m * K + k + 4);
+                    sums[r][m] += a.x * wf[0] + a.y * wf[1] + a.z * wf[2] + a.w * wf[3]
+                                + b.x * wf[4] + b.y * wf[5] + b.z * wf[6] + b.w * wf[7];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int m = 0; m < MAX_ROWS; ++m)
+            if (m < M) sums[r][m] = warp_sum(sums[r][m]);
+}
+
 template <typename T, Prologue P>
 __device__ void gemv(const T* __restrict__ x, const float* __restrict__ residual, const T* __restrict__ norm_weight,
                      float* __restrict__ res_out, const T* __restrict__ w, T* __restrict__ y,
                      int M, int N, int K, float eps) {
     extern __shared__ __align__(16) float xs[];     // [M][K]
     prologue<T, P>(xs, x, residual, norm_weight, res_out, M, K, eps);
-    const int n = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int n = blockIdx.x * WARPS + threadIdx.x / 32;
     if (n >= N) return;
-    const T* row = w + (int64_t)n * K;
-    float acc[MAX_ROWS] = {};
-    for (int k0 = lane * 8; k0 < K; k0 += 32 * 8 * CHUNKS) {
-        // Every chunk's load is issued before any is used: latency, not bandwidth, is the limit.
-        uint4 chunk[CHUNKS];
+    const T* rows[1] = {w + (int64_t)n * K};
+    float sums[1][MAX_ROWS];
+    row_dots<T, 1>(rows, xs, M, K, sums);
+    if (threadIdx.x % 32) return;
 #pragma unroll
-        for (int c = 0; c < CHUNKS; ++c) {
-            const int k = k0 + c * 32 * 8;
-            chunk[c] = k < K ? *reinterpret_cast<const uint4*>(row + k) : make_uint4(0, 0, 0, 0);
-        }
+    for (int m = 0; m < MAX_ROWS; ++m) {   // unrolled: sums stay in registers
+        if (m >= M) break;
+        y[(int64_t)m * N + n] = from_float<T>(sums[0][m]);
+    }
+}
+
+// The attention block's input in one kernel: RMSNorm + the packed q|k|v projection,
+// then what rope_cache.cu does: half-split RoPE on q and k, and k, v into the paged
+// cache at slot_mapping[m] (-1: not cached). A warp owns a RoPE pair (features i and
+// i + d/2 of one q or k head: both dot products, then the rotation) or one v feature.
+// y [M, (nh + 2 nkv) d] gets q and k rotated, as the unfused ops leave them.
+// Launch: grid = ceil(((nh + nkv) d/2 + nkv d) / WARPS), block = 32 * WARPS, smem as gemv.
+template <typename T>
+__device__ void gemv_norm_qkv_rope(const T* __restrict__ x, const float* __restrict__ residual,
+                                   const T* __restrict__ norm_weight, float* __restrict__ res_out,
+                                   const T* __restrict__ w, T* __restrict__ y, int M, int K, float eps,
+                                   const int64_t* __restrict__ positions, const float* __restrict__ cos_sin,
+                                   T* __restrict__ k_cache, T* __restrict__ v_cache,
+                                   const int64_t* __restrict__ slots, int nh, int nkv, int d) {
+    extern __shared__ __align__(16) float xs[];
+    prologue<T, NORM>(xs, x, residual, norm_weight, res_out, M, K, eps);
+    const int task = blockIdx.x * WARPS + threadIdx.x / 32, half = d / 2, pairs = (nh + nkv) * half;
+    const int N = (nh + 2 * nkv) * d;
+    if (task < pairs) {
+        const int h = task / half, i = task % half, n = h * d + i;
+        const T* rows[2] = {w + (int64_t)n * K, w + (int64_t)(n + half) * K};
+        float sums[2][MAX_ROWS];
+        row_dots<T, 2>(rows, xs, M, K, sums);
+        if (threadIdx.x % 32) return;
 #pragma unroll
-        for (int c = 0; c < CHUNKS; ++c) {
-            const int k = k0 + c * 32 * 8;
-            if (k >= K) break;
-            float wf[8];
-            load8(reinterpret_cast<const T*>(&chunk[c]), wf);
-#pragma unroll
-            for (int m = 0; m < MAX_ROWS; ++m) {
-                if (m >= M) break;
-                const float4 a = *reinterpret_cast<const float4*>(xs + m * K + k);
-                const float4 b = *reinterpret_cast<const float4*>(xs + m * K + k + 4);
-                acc[m] += a.x * wf[0] + a.y * wf[1] + a.z * wf[2] + a.w * wf[3]
-                        + b.x * wf[4] + b.y * wf[5] + b.z * wf[6] + b.w * wf[7];
+        for (int m = 0; m < MAX_ROWS; ++m) {
+            if (m >= M) break;
+            // The GEMM's output rounding, then the rotation in float32, as the unfused ops.
+            const float x1 = to_float(from_float<T>(sums[0][m])), x2 = to_float(from_float<T>(sums[1][m]));
+            const float* cs = cos_sin + positions[m] * d;
+            const float c = cs[i], s = cs[half + i];
+            const T o1 = from_float<T>(x1 * c - x2 * s), o2 = from_float<T>(x2 * c + x1 * s);
+            y[(int64_t)m * N + n] = o1;
+            y[(int64_t)m * N + n + half] = o2;
+            if (h >= nh && slots[m] >= 0) {
+                T* kc = k_cache + (slots[m] * nkv + (h - nh)) * d;
+                kc[i] = o1;
+                kc[i + half] = o2;
             }
         }
-    }
+    } else if (task < pairs + nkv * d) {
+        const int j = task - pairs, n = (nh + nkv) * d + j;
+        const T* rows[1] = {w + (int64_t)n * K};
+        float sums[1][MAX_ROWS];
+        row_dots<T, 1>(rows, xs, M, K, sums);
+        if (threadIdx.x % 32) return;
 #pragma unroll
-    for (int m = 0; m < MAX_ROWS; ++m) {
-        if (m >= M) break;
-        const float s = warp_sum(acc[m]);
-        if (lane == 0) y[(int64_t)m * N + n] = from_float<T>(s);
+        for (int m = 0; m < MAX_ROWS; ++m) {
+            if (m >= M) break;
+            const T o = from_float<T>(sums[0][m]);
+            y[(int64_t)m * N + n] = o;
+            if (slots[m] >= 0) v_cache[slots[m] * nkv * d + j] = o;
+        }
     }
 }
 
@@ -130,6 +207,13 @@ __device__ void gemv(const T* __restrict__ x, const float* __restrict__ residual
     extern "C" __global__ void __launch_bounds__(32 * WARPS) gemv_silu_##N(                                   \
         const T* x, const T* w, T* y, int M, int Nout, int K) {                                              \
         gemv<T, SILU>(x, nullptr, nullptr, nullptr, w, y, M, Nout, K, 0.f);                                    \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS) gemv_norm_qkv_rope_##N(                          \
+        const T* x, const float* residual, const T* norm_weight, float* res_out, const T* w, T* y, int M,     \
+        int K, float eps, const int64_t* positions, const float* cos_sin, T* k_cache, T* v_cache,             \
+        const int64_t* slots, int nh, int nkv, int d) {                                                        \
+        gemv_norm_qkv_rope<T>(x, residual, norm_weight, res_out, w, y, M, K, eps, positions, cos_sin, k_cache, \
+                              v_cache, slots, nh, nkv, d);                                                     \
     }
 GEMV(bf16, bf16)
 GEMV(f16, f16)

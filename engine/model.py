@@ -114,12 +114,10 @@ class LlamaModel:
         h = ops.embed(token_ids, self.embed)
         residual = None
         for layer, cache in zip(self.layers, kv_cache):
-            qkv, residual = ops.norm_linear(h, residual, layer.attn_norm, c.rms_norm_eps, layer.qkv)
-            q, k, v = qkv.split([c.q_size, c.kv_size, c.kv_size], dim=-1)
-            q = q.reshape(T, c.num_heads, c.head_dim)
-            k = k.reshape(T, c.num_kv_heads, c.head_dim)
-            v = v.reshape(T, c.num_kv_heads, c.head_dim)
-            ops.rope_and_cache(q, k, v, positions, self.cos_sin, cache[0], cache[1], meta.slot_mapping)
+            # norm -> q|k|v projection -> RoPE on q, k -> k, v into the cache
+            q, residual = ops.attention_inputs(h, residual, layer.attn_norm, c.rms_norm_eps, layer.qkv, positions,
+                                               self.cos_sin, cache[0], cache[1], meta.slot_mapping,
+                                               c.num_heads, c.num_kv_heads)
             attn = ops.attention(q, cache[0], cache[1], meta, self.scale)
             h = ops.linear(attn.reshape(T, c.q_size), layer.o)
             gate_up, residual = ops.norm_linear(h, residual, layer.ffn_norm, c.rms_norm_eps, layer.gate_up)

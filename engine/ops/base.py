@@ -82,6 +82,21 @@ class Ops(Protocol):
         normed, residual = self.rms_norm(x, norm_weight, eps, residual)
         return self.linear(normed, weight), residual
 
+    def attention_inputs(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
+                         eps: float, qkv_weight: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor,
+                         k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                         num_heads: int, num_kv_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The attention block's input: norm_linear into the packed q|k|v projection, then
+        rope_and_cache. Returns (q [T, nh, d] rotated, float32 residual); k and v are in the cache."""
+        qkv, residual = self.norm_linear(x, residual, norm_weight, eps, qkv_weight)
+        d = cos_sin.shape[1]
+        T = qkv.shape[0]
+        q, k, v = qkv.split([num_heads * d, num_kv_heads * d, num_kv_heads * d], dim=-1)
+        q = q.reshape(T, num_heads, d)
+        self.rope_and_cache(q, k.reshape(T, num_kv_heads, d), v.reshape(T, num_kv_heads, d), positions, cos_sin,
+                            k_cache, v_cache, slot_mapping)
+        return q, residual
+
     def silu_linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """silu_and_mul(x), then the linear layer."""
         return self.linear(self.silu_and_mul(x), weight)

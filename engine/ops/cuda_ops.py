@@ -71,6 +71,7 @@ class CudaOps(Ops):
                 k["gemv_plain", dt] = mods["gemv"].kernel(f"gemv_plain_{dt}", "PPPiii")
                 k["gemv_norm", dt] = mods["gemv"].kernel(f"gemv_norm_{dt}", "PPPPPPiiif")
                 k["gemv_silu", dt] = mods["gemv"].kernel(f"gemv_silu_{dt}", "PPPiii")
+                k["gemv_qkv_rope", dt] = mods["gemv"].kernel(f"gemv_norm_qkv_rope_{dt}", "PPPPPPiifPPPPPiii")
             for d in (64, 128):
                 k["prefill", dt, d] = mods["attention_prefill"].kernel(f"attn_prefill_{dt}_d{d}", "PlPPPiPPPiiif")
                 for g in _DECODE_GROUPS:
@@ -135,6 +136,27 @@ class CudaOps(Ops):
         residual = None if residual is None else residual.contiguous()
         y = self._gemv("gemv_norm", x, weight, x.shape[1], (residual, norm_weight.contiguous(), r), (float(eps),))
         return y, r
+
+    def attention_inputs(self, x, residual, norm_weight, eps, qkv_weight, positions, cos_sin, k_cache, v_cache,
+                         slot_mapping, num_heads, num_kv_heads):
+        d = cos_sin.shape[1]
+        if not self._gemv_fits(x, qkv_weight, x.shape[-1]) or qkv_weight.shape[0] != (num_heads + 2 * num_kv_heads) * d:
+            return super().attention_inputs(x, residual, norm_weight, eps, qkv_weight, positions, cos_sin, k_cache,
+                                            v_cache, slot_mapping, num_heads, num_kv_heads)
+        if residual is not None and residual.dtype != torch.float32:
+            raise TypeError("the residual stream is float32")
+        M, K = x.shape
+        r = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+        y = torch.empty((M, qkv_weight.shape[0]), dtype=x.dtype, device=x.device)
+        tasks = (num_heads + num_kv_heads) * d // 2 + num_kv_heads * d
+        if M:
+            self._k["gemv_qkv_rope", _dtype_name(x)](
+                math.ceil(tasks / _GEMV_WARPS), 32 * _GEMV_WARPS, x.contiguous(),
+                None if residual is None else residual.contiguous(), norm_weight.contiguous(), r,
+                qkv_weight.contiguous(), y, M, K, float(eps), positions.long().contiguous(),
+                cos_sin.float().contiguous(), k_cache, v_cache, slot_mapping.long().contiguous(),
+                num_heads, num_kv_heads, d, shared=M * K * 4)
+        return y[:, :num_heads * d].view(M, num_heads, d), r
 
     def silu_linear(self, x, weight):
         K = x.shape[-1] // 2

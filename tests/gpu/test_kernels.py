@@ -10,6 +10,8 @@ import os
 import pytest
 import torch
 
+from engine.model import rope_cos_sin
+from engine.model_config import ModelConfig
 from engine.ops.base import AttentionMetadata, SamplingTensors
 from engine.ops.torch_ops import TorchOps
 
@@ -102,6 +104,34 @@ def test_linear_layers(ops, dtype, M, K, N, monkeypatch):
     gate_up = torch.randn(M, 2 * K, dtype=dtype, device="cuda") * 3
     poison_next((M, N), dtype)
     assert rel_err(ops.silu_linear(gate_up, w), REF.silu_linear(gate_up, w)) <= tol(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M", [1, 2, 3])          # 3 rows: the unfused path
+@pytest.mark.parametrize("nh,nkv,d", [(9, 3, 64), (8, 2, 128)])
+def test_attention_inputs(ops, dtype, M, nh, nkv, d):
+    """Norm + q|k|v projection + RoPE + cache write (one kernel at 1-2 rows) against the
+    reference ops: the rotated q, the residual, and exactly the cache slots written."""
+    H = 576
+    w = torch.randn((nh + 2 * nkv) * d, H, dtype=dtype, device="cuda") * H ** -0.5
+    x = torch.randn(M, H, dtype=dtype, device="cuda")
+    res = torch.randn(M, H, dtype=torch.float32, device="cuda")
+    norm_w = torch.rand(H, dtype=dtype, device="cuda") + 0.5
+    config = ModelConfig(hidden_size=H, num_layers=1, num_heads=nh, num_kv_heads=nkv, intermediate_size=1,
+                         vocab_size=1, max_position=4096, head_dim=d)
+    cos_sin = rope_cos_sin(config, 4096, "cuda")
+    positions = torch.randint(0, 4096, (M,), device="cuda")
+    slots = torch.randperm(64 * 16, device="cuda")[:M]
+    slots[-1] = -1                                    # a padding row: nothing cached
+    caches = [torch.zeros(64, 16, nkv, d, dtype=dtype, device="cuda") for _ in range(4)]
+    q, r = ops.attention_inputs(x, res, norm_w, 1e-5, w, positions, cos_sin, caches[0], caches[1], slots, nh, nkv)
+    ref_q, ref_r = REF.attention_inputs(x, res, norm_w, 1e-5, w, positions, cos_sin, caches[2], caches[3], slots,
+                                        nh, nkv)
+    assert torch.equal(r, ref_r)
+    assert rel_err(q, ref_q) <= tol(dtype)
+    for ours, ref in ((caches[0], caches[2]), (caches[1], caches[3])):
+        assert torch.equal(ours != 0, ref != 0)        # the same slots written, no others
+        assert rel_err(ours, ref) <= tol(dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
