@@ -26,6 +26,12 @@ _GEMV_WARPS, _GEMV_KERNEL_MAX_ROWS = 4, 8   # as in gemv.cu
 _SMEM_BYTES = 48 * 1024              # the gemv's x' must fit without an opt-in
 
 
+def _float_residual(residual: torch.Tensor | None) -> torch.Tensor | None:
+    if residual is not None and residual.dtype != torch.float32:
+        raise TypeError("the residual stream is float32")
+    return None if residual is None else residual.contiguous()
+
+
 def _dtype_name(t: torch.Tensor) -> str:
     if t.dtype not in _DTYPES:
         raise TypeError(f"cuda ops support bf16, fp16 and float32 tensors, not {t.dtype}")
@@ -96,11 +102,9 @@ class CudaOps(Ops):
         r = torch.empty(x.shape, dtype=torch.float32, device=x.device)
         H = x.shape[-1]
         rows = x.numel() // H
-        if residual is not None and residual.dtype != torch.float32:
-            raise TypeError("the residual stream is float32")
+        residual = _float_residual(residual)
         if rows:
-            self._k["rms_norm", _dtype_name(x)](rows, 256, x, None if residual is None else residual.contiguous(),
-                                                weight, out, r, H, float(eps))
+            self._k["rms_norm", _dtype_name(x)](rows, 256, x, residual, weight, out, r, H, float(eps))
         return out, r
 
     # ------------------------------------------------------------ linear layers
@@ -130,11 +134,9 @@ class CudaOps(Ops):
     def norm_linear(self, x, residual, norm_weight, eps, weight):
         if not self._gemv_fits(x, weight, x.shape[-1]):
             return super().norm_linear(x, residual, norm_weight, eps, weight)
-        if residual is not None and residual.dtype != torch.float32:
-            raise TypeError("the residual stream is float32")
         r = torch.empty(x.shape, dtype=torch.float32, device=x.device)
-        residual = None if residual is None else residual.contiguous()
-        y = self._gemv("gemv_norm", x, weight, x.shape[1], (residual, norm_weight.contiguous(), r), (float(eps),))
+        y = self._gemv("gemv_norm", x, weight, x.shape[1], (_float_residual(residual), norm_weight.contiguous(), r),
+                       (float(eps),))
         return y, r
 
     def attention_inputs(self, x, residual, norm_weight, eps, qkv_weight, positions, cos_sin, k_cache, v_cache,
@@ -143,16 +145,14 @@ class CudaOps(Ops):
         if not self._gemv_fits(x, qkv_weight, x.shape[-1]) or qkv_weight.shape[0] != (num_heads + 2 * num_kv_heads) * d:
             return super().attention_inputs(x, residual, norm_weight, eps, qkv_weight, positions, cos_sin, k_cache,
                                             v_cache, slot_mapping, num_heads, num_kv_heads)
-        if residual is not None and residual.dtype != torch.float32:
-            raise TypeError("the residual stream is float32")
         M, K = x.shape
         r = torch.empty(x.shape, dtype=torch.float32, device=x.device)
         y = torch.empty((M, qkv_weight.shape[0]), dtype=x.dtype, device=x.device)
         tasks = (num_heads + num_kv_heads) * d // 2 + num_kv_heads * d
         if M:
             self._k["gemv_qkv_rope", _dtype_name(x)](
-                math.ceil(tasks / _GEMV_WARPS), 32 * _GEMV_WARPS, x.contiguous(),
-                None if residual is None else residual.contiguous(), norm_weight.contiguous(), r,
+                math.ceil(tasks / _GEMV_WARPS), 32 * _GEMV_WARPS, x.contiguous(), _float_residual(residual),
+                norm_weight.contiguous(), r,
                 qkv_weight.contiguous(), y, M, K, float(eps), positions.long().contiguous(),
                 cos_sin.float().contiguous(), k_cache, v_cache, slot_mapping.long().contiguous(),
                 num_heads, num_kv_heads, d, shared=M * K * 4)
