@@ -33,6 +33,9 @@ METRICS: dict[str, MetricSpec] = {
     "steps": MetricSpec("count", "lower"),
     "preemptions": MetricSpec("count", "lower"),
     "wall_s": MetricSpec("s", "lower"),
+    # Timed runs of the workload (an engine repeats a short one) and their total seconds.
+    "repetitions": MetricSpec("count", "lower"),
+    "measured_s": MetricSpec("s", "higher"),
     # Fraction of requests whose output matches the reference engine's.
     "agreement": MetricSpec("fraction", "higher"),
     # The bench job itself (engine "job"): its wall time outside the engines, and that as a share of its wall.

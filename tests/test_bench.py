@@ -99,3 +99,25 @@ def test_dtype_reaches_our_engine_and_hf_and_lands_in_the_fingerprint():
         result = run_engine(workload, engine, backend="torch", dtype="bfloat16")
         assert result.run.config["dtype"] == "bfloat16"
         assert all(r["output_tokens"] == 32 for r in result.rows)
+
+
+@pytest.mark.parametrize("min_duration_s, repetitions", [(0.0, 1), (1e6, 9)])
+def test_our_engine_repeats_a_short_workload_and_reports_the_median_repetition(tmp_path, min_duration_s, repetitions):
+    from jobs.engines import ours
+    spec = tmp_path / "workloads.yaml"
+    spec.write_text(f"""
+workloads:
+  tiny:
+    version: 1
+    description: two random prompts, four tokens out
+    prompts: {{source: random_tokens, count: 2, input_len: [8, 8]}}
+    output_len: [4, 4]
+    sampling: {{temperature: 0, ignore_eos: true}}
+    seed: 1
+    hardware: any
+    validity: {{min_duration_s: {min_duration_s}, min_requests: 2}}
+""")
+    run = ours.run(get_workload("tiny", spec), "dummy:smollm2-135m", backend="torch")
+    assert run.extra_metrics["repetitions"] == repetitions     # 9: the cap, for a minimum never reached
+    assert run.extra_metrics["measured_s"] >= run.wall_s * repetitions * 0.5
+    assert len(run.completions) == 2 and all(len(c.token_ids) == 4 for c in run.completions)

@@ -54,6 +54,12 @@ def test_the_agreement_floor_holds_our_engine_and_records_a_peers_agreement():
     assert verdict["reasons"] == ["ours: agreement with the reference 0.375, below the floor 0.75"]
 
 
+def test_a_repeated_short_workload_counts_all_its_measured_time():
+    repeated = {**measured(0.34, 256), "measured_s": {"value": 1.1, "count": 1}}
+    assert engine_verdict(NANO, repeated)["valid"]
+    assert engine_verdict(NANO, measured(0.34, 256))["reasons"] == ["ran 0.34s, shorter than the workload's minimum 1s"]
+
+
 def statuses_and_reasons(store) -> dict:
     return {e.roadmap_row_id: (e.status, e.reason) for e in evaluate_gates(store, NOW)}
 
