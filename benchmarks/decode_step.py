@@ -7,7 +7,9 @@ row at the given context; timed with CUDA events after warm-up, median of many
 replays, rotating over several rows-to-blocks layouts so that the KV reads are
 not served from L2. The floor is the bytes the step must read (weights + the
 KV of every row) at the measured device copy rate.
-Usage: python3 benchmarks/decode_step.py [--batch 256] [--context 1024]
+Figures are also written to the results store as the micro-benchmark
+`decode-step-b<batch>-c<context>` (jobs/microbench.py) unless --no-store.
+Usage: python3 benchmarks/decode_step.py [--batch 256] [--context 1024] [--no-store]
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import argparse
 import math
 import statistics
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -31,7 +34,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--layouts", type=int, default=4, help="distinct block layouts to rotate over")
+    ap.add_argument("--no-store", action="store_true", help="print only; record nothing in the results store")
     args = ap.parse_args()
+    started = datetime.now(timezone.utc).replace(tzinfo=None)
     B, ctx, bs = args.batch, args.context, 16
     blocks_per_row = math.ceil((ctx + 1) / bs)
     llm = LLM(args.model, backend="cuda", max_num_seqs=B,
@@ -72,6 +77,15 @@ def main() -> None:
           f"at 4.26 TB/s); ratio {step / floor:.2f}x")
     mem = llm.memory_report()
     print("GPU memory: " + ", ".join(f"{k} {v / 1e9:.3f} GB" for k, v in mem.items()))
+    if not args.no_store:
+        from jobs.microbench import record_microbench
+        config = {"model": args.model, "batch": B, "context": ctx, "dtype": str(llm.dtype).removeprefix("torch."),
+                  "layouts": args.layouts}
+        figures = {"decode_step_s": step, "roofline_ratio": step / floor,
+                   "memory_other_frac": mem["other"] / mem["peak_allocated"]}
+        run_id = record_microbench(f"decode-step-b{B}-c{ctx}", config, figures, started,
+                                   datetime.now(timezone.utc).replace(tzinfo=None))
+        print(f"recorded run {run_id}")
 
 
 if __name__ == "__main__":

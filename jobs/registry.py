@@ -38,10 +38,19 @@ METRICS: dict[str, MetricSpec] = {
     "measured_s": MetricSpec("s", "higher"),
     # Fraction of requests whose output matches the reference engine's.
     "agreement": MetricSpec("fraction", "higher"),
+    # Micro-benchmarks (jobs/microbench.py): a CUDA-graph decode step, its ratio to the
+    # roofline floor (weights + KV bytes at the device copy rate), and the share of peak
+    # GPU memory that is neither weights nor KV cache.
+    "decode_step_s": MetricSpec("s", "lower"),
+    "roofline_ratio": MetricSpec("x", "lower"),
+    "memory_other_frac": MetricSpec("fraction", "lower"),
     # The bench job itself (engine "job"): its wall time outside the engines, and that as a share of its wall.
     "job_overhead_s": MetricSpec("s", "lower"),
     "job_overhead_frac": MetricSpec("fraction", "lower"),
 }
+
+# Micro-benchmarks roadmap rows may name besides the workloads (benchmarks/decode_step.py).
+MICROBENCHMARKS: frozenset[str] = frozenset({"decode-step-b256-c1024", "decode-step-b1-c256"})
 
 # The workloads are defined in jobs/data/workloads.yaml; this is their names.
 WORKLOADS: frozenset[str] = frozenset(load_workloads())

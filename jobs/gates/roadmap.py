@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from sqlalchemy import select
 
-from jobs.registry import METRICS, WORKLOADS
+from jobs.registry import METRICS, MICROBENCHMARKS, WORKLOADS
 from jobs.store.db import Store
 from jobs.store.models import RoadmapRow, utcnow
 
@@ -95,7 +95,7 @@ def parse_row(raw, index: int) -> RoadmapRowSpec:
         raise RoadmapError(f"{where}: field 'id': must look like ROAD-AREA-NAME (capitals, digits, dashes)")
     if raw["metric"] not in METRICS:
         raise RoadmapError(f"{where}: field 'metric': unknown metric {raw['metric']!r}")
-    if raw["workload"] not in WORKLOADS:
+    if raw["workload"] not in WORKLOADS | MICROBENCHMARKS:
         raise RoadmapError(f"{where}: field 'workload': unknown workload {raw['workload']!r}")
     if raw["comparison"] not in COMPARISONS:
         raise RoadmapError(f"{where}: field 'comparison': must be one of >=, <=, ≥, ≤; got {raw['comparison']!r}")
