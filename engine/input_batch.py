@@ -109,10 +109,11 @@ class InputBatch:
             self.block_table[row, have:have + len(new)] = new
             self.num_blocks[row] = have + len(new)
 
-    def advance(self, sampled_rows: np.ndarray) -> tuple[list[Sequence], list[int], list[Sequence]]:
+    def advance(self, sampled_rows: np.ndarray) -> tuple[list[Sequence], list[int]]:
         """The step is launched: its tokens are computed, and each sampled row has a
-        new pending token at its step output index. Returns the sampled sequences,
-        where each one's new token goes, and those that may sample no more."""
+        new pending token at its step output index. Returns the sampled sequences and
+        where each one's new token goes; those that may sample no more are marked
+        out_of_budget (the scheduler gives them no further step)."""
         n = self.num_rows
         self.num_computed[:n] += self.num_scheduled[:n]
         self.pending_source[:n] = -1
@@ -120,5 +121,6 @@ class InputBatch:
         seqs = self.seqs[:n] if len(sampled_rows) == n else [self.seqs[r] for r in sampled_rows.tolist()]
         indices = list(map(Sequence.append_pending, seqs))
         self.num_tokens[sampled_rows] += 1
-        done = sampled_rows[self.num_tokens[sampled_rows] >= self.max_num_tokens[sampled_rows]]
-        return seqs, indices, [self.seqs[r] for r in done.tolist()]
+        for row in sampled_rows[self.num_tokens[sampled_rows] >= self.max_num_tokens[sampled_rows]].tolist():
+            self.seqs[row].out_of_budget = True
+        return seqs, indices

@@ -166,9 +166,6 @@ class LLM:
         t3 = time.perf_counter()
         self.scheduler.commit(batch)
         self._in_flight = launched
-        if launched:
-            for seq in launched.out_of_budget:
-                seq.out_of_budget = True
         t4 = time.perf_counter()
         clock["schedule"] += t1 - t0
         clock["launch"] += t2 - t1

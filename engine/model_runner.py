@@ -34,7 +34,6 @@ class LaunchedStep:
     """A step in flight: one sampled token per row of `seqs`, on the device."""
     seqs: list[Sequence]
     indices: list[int]                 # where each row's token goes in its sequence
-    out_of_budget: list[Sequence]      # those whose token is the last they may produce
     tokens: torch.Tensor               # [>= len(seqs)] int64 on the device (graph rows padded)
     host: torch.Tensor                 # pinned copy of tokens, valid once `ready` has passed
     ready: torch.cuda.Event | None     # None on the CPU: the copy is already done
@@ -91,8 +90,8 @@ class ModelRunner:
         else:
             logits = self._logits(inputs, dev, previous)
             tokens = self.model.ops.sample(logits, sampling) if len(sampled) else None
-        seqs, indices, out_of_budget = rows.advance(sampled)
-        return self._copy_out(seqs, indices, out_of_budget, tokens) if seqs else None
+        seqs, indices = rows.advance(sampled)
+        return self._copy_out(seqs, indices, tokens) if seqs else None
 
     def read(self, step: LaunchedStep, work_queued_behind: bool) -> list[int]:
         """The step's tokens on the host (waits for its copy if it has not landed)."""
@@ -200,12 +199,11 @@ class ModelRunner:
         return {name: on_device[offsets[name]:offsets[name] + a.nbytes].view(_TORCH_DTYPES[a.dtype]).view(a.shape)
                 for name, a in arrays.items()}
 
-    def _copy_out(self, seqs: list[Sequence], indices: list[int], out_of_budget: list[Sequence],
-                  tokens: torch.Tensor) -> LaunchedStep:
+    def _copy_out(self, seqs: list[Sequence], indices: list[int], tokens: torch.Tensor) -> LaunchedStep:
         if self.device.type != "cuda":
-            return LaunchedStep(seqs, indices, out_of_budget, tokens, tokens.cpu(), None)
+            return LaunchedStep(seqs, indices, tokens, tokens.cpu(), None)
         host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
         host.copy_(tokens, non_blocking=True)
         ready = torch.cuda.Event()
         ready.record()
-        return LaunchedStep(seqs, indices, out_of_budget, tokens, host, ready)
+        return LaunchedStep(seqs, indices, tokens, host, ready)

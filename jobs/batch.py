@@ -196,6 +196,10 @@ def split_input(params: BatchParams, key: str) -> list[dict]:
     return shards
 
 
+def _output_tokens(part: Path) -> int:
+    return pq.read_table(part, columns=["output_tokens"]).column(0).to_numpy().sum().item()
+
+
 def _committed_part(shard: dict, key: str) -> bool:
     part = Path(shard["part_path"])
     return (part.exists() and _part_run_key(part) == key
@@ -215,8 +219,7 @@ def generate_shard(shard: dict, params: BatchParams, key: str, *,
              "host": host["host"]}
     if _committed_part(shard, key):
         log.info("shard %d: %s is already written by this run; skipped", shard["index"], part.name)
-        return {**facts, "skipped": True, "engine_s": None,
-                "output_tokens": pq.read_table(part, columns=["output_tokens"]).column(0).to_numpy().sum().item()}
+        return {**facts, "skipped": True, "engine_s": None, "output_tokens": _output_tokens(part)}
     llm = LLM(params.model, backend=params.backend, seed=params.seed)
     start = time.perf_counter()
     try:
@@ -228,8 +231,7 @@ def generate_shard(shard: dict, params: BatchParams, key: str, *,
     engine_s = time.perf_counter() - start
     if counts["rows"] != shard["rows"]:
         raise BatchError(f"shard {shard['index']}: wrote {counts['rows']} rows, expected {shard['rows']}")
-    tokens = pq.read_table(part, columns=["output_tokens"]).column(0).to_numpy().sum().item()
-    return {**facts, "skipped": False, "engine_s": engine_s, "output_tokens": tokens}
+    return {**facts, "skipped": False, "engine_s": engine_s, "output_tokens": _output_tokens(part)}
 
 
 def commit_batch(shard_results: list[dict], params: BatchParams, key: str, dag_id: str, run_id: str,

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from jobs.bench import host_facts
+from jobs.registry import MICROBENCHMARKS
 from jobs.store import MetricRecord, RunRecord, Store, open_store, record_run, upgrade
 
 
 def record_microbench(name: str, config: dict, figures: dict[str, float], started_at: datetime,
                       finished_at: datetime, store: Store | None = None, host: dict | None = None) -> str:
     """Land one micro-benchmark run (engine "ours") with its figures; return the run id."""
-    from jobs.bench import host_facts
-    from jobs.registry import MICROBENCHMARKS
     if name not in MICROBENCHMARKS:
         raise ValueError(f"unknown micro-benchmark {name!r} (known: {', '.join(sorted(MICROBENCHMARKS))})")
     store = store or open_store()

@@ -64,9 +64,7 @@ class Loop:
         sampled = np.flatnonzero(rows.num_computed[:n] + rows.num_scheduled[:n] == rows.num_tokens[:n])
         if self.check and n:
             self.check(rows, sampled, self.in_flight)
-        seqs, indices, out_of_budget = rows.advance(sampled)
-        for s in out_of_budget:
-            s.out_of_budget = True
+        seqs, indices = rows.advance(sampled)
         if self.in_flight:
             for s, index in zip(*self.in_flight):
                 if not s.is_finished:

@@ -4,8 +4,9 @@ A backend supplies the arithmetic of a Llama forward pass and the sampler.
 Linear layers come with the elementwise op before them (`norm_linear`,
 `silu_linear`, and `attention_inputs`: norm, q|k|v projection, RoPE and the
 cache write): by default the ops in turn, with the GEMM in torch (cuBLAS on the
-GPU); a backend may fuse them where that pays (the cuda one does at 1-2 rows). Every backend implements the same functions with the
-same shapes, so the torch backend is the oracle the CUDA kernels are tested against.
+GPU); a backend may fuse them where that pays (the cuda one does at 1-2 rows).
+Every backend implements the same functions with the same shapes, so the torch
+backend is the oracle the CUDA kernels are tested against.
 
 Shapes: T tokens in the step (all sequences' new tokens, packed), B sequences,
 H hidden size, nh / nkv query / KV heads, d head dim, V vocabulary.

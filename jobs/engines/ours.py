@@ -32,14 +32,13 @@ def run(workload: Workload, model: str, backend: str = "auto", max_num_seqs: int
     if on_gpu:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    repetitions = []                      # (wall, outputs, stats before, stats after)
-    while not repetitions or (sum(r[0] for r in repetitions) < workload.min_duration_s
-                              and len(repetitions) < MAX_REPETITIONS):
+    repetitions, measured = [], 0.0       # (wall, outputs, stats before, stats after)
+    while not repetitions or (measured < workload.min_duration_s and len(repetitions) < MAX_REPETITIONS):
         before = llm.stats
         start = time.perf_counter()
         outputs = llm.generate([r.prompt for r in requests], params)
         repetitions.append((time.perf_counter() - start, outputs, before, llm.stats))
-    measured = sum(r[0] for r in repetitions)
+        measured += repetitions[-1][0]
     wall, outputs, before, after = sorted(repetitions, key=lambda r: r[0])[(len(repetitions) - 1) // 2]
     steps = after["steps"] - before["steps"]
     extra = {"steps": steps, "syncs_per_step": (after["host_syncs"] - before["host_syncs"]) / max(steps, 1),
