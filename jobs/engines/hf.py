@@ -54,7 +54,9 @@ def run(workload: Workload, model: str, device: str = "cpu", batch_size: int = 2
         width = max(len(p) for p in batch_prompts)
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch_prompts], device=device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch_prompts], device=device)
-        kwargs = {"min_new_tokens": new_tokens} if workload.ignore_eos else {}
+        # ignore_eos: EOS does not stop the row, but may still be chosen, as in our engine and
+        # llama.cpp (min_new_tokens would forbid it and change the greedy tokens).
+        kwargs = {"eos_token_id": None} if workload.ignore_eos else {}
         with torch.no_grad():
             out = hf_model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens,
                                     do_sample=not workload.greedy, temperature=workload.temperature or None,
