@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from engine.block_manager import BlockManager
-from engine.ops.torch_ops import filter_logits, uniform_noise
+from engine.ops.torch_ops import TorchOps, filter_logits, uniform_noise
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
@@ -125,3 +125,15 @@ def test_filter_logits_keeps_top_k_and_nucleus():
     out = filter_logits(logits, torch.tensor([2, 0]), torch.tensor([1.0, 0.7]))
     assert torch.isfinite(out[0]).tolist() == [True, True, False, False]
     assert torch.isfinite(out[1]).tolist() == [True, True, False, False]   # 0.5 + 0.3 >= 0.7
+
+
+@pytest.mark.parametrize("dtype, bound", [(torch.float32, 1e-6), (torch.bfloat16, 2 ** -8)])
+def test_cpu_logits_are_float32_within_the_head_dtype_rounding(dtype, bound):
+    # bf16 on CPU takes oneDNN's bf16 GEMM, whose output is rounded to bf16 (as HF's
+    # and vLLM's bf16 logits are); float32 stays exact to float32 sums.
+    head = torch.randn(4096, 64).to(dtype)
+    hidden = torch.randn(5, 64).to(dtype)
+    out = TorchOps().logits(hidden, head)
+    exact = hidden.double() @ head.double().t()
+    assert out.dtype == torch.float32 and out.shape == (5, 4096)
+    assert ((out.double() - exact).abs() <= exact.abs() * bound + 1e-5).all()

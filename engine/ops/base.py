@@ -104,6 +104,7 @@ class Ops(Protocol):
 
     def logits(self, hidden: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
         """Float32 logits [T, V] of hidden [T, H] with the head [V, H]. Float32, not the
-        model dtype: bf16 logits round near-ties into exact ties, which flip greedy
-        picks between otherwise equivalent implementations."""
+        model dtype, where it is cheap (the GPU multiplies 16-bit operands into float32
+        outputs): bf16 logits round near-ties into exact ties, which flip greedy picks
+        between otherwise equivalent implementations."""
         return F.linear(hidden.float(), head.float())
