@@ -25,7 +25,7 @@ import pyarrow as pa
 from jobs.engines import ENGINES, EngineRun, engine_module
 from jobs.metrics import agreement, request_row, summarize
 from jobs.validity import run_verdict
-from jobs.workloads import Workload, WorkloadError, get_workload
+from jobs.workloads import DTYPES, Workload, WorkloadError, get_workload
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 # The Python package each engine needs beyond the core install (the `peers` extra).
@@ -44,6 +44,7 @@ class BenchResult:
 def run_engine(workload: Workload, engine: str, model: str = DEFAULT_MODEL, backend: str = "auto",
                device: str = "cpu", dtype: str = "auto") -> BenchResult:
     module = engine_module(engine)
+    dtype = workload.dtype if dtype == "auto" else dtype
     entered = time.perf_counter()
     if engine == "ours":
         run = module.run(workload, model, backend=backend, dtype=dtype)
@@ -198,9 +199,9 @@ def register(sub) -> None:
                    help="repeat to run several engines in one run (the last is the agreement reference)")
     p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--backend", default="auto", choices=["auto", "cuda", "torch"], help="our engine's backend")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
-                   help="weights and activations of ours and hf (auto: bfloat16 on a GPU, float32 on CPU); "
-                        "llama.cpp runs the GGUF's own types")
+    p.add_argument("--dtype", default="auto", choices=list(DTYPES),
+                   help="weights and activations of ours and hf (auto: the workload's dtype if it names one, "
+                        "else bfloat16 on a GPU, float32 on CPU); llama.cpp runs the GGUF's own types")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                    help="the HF peer's device (llama.cpp always runs on CPU)")
     p.add_argument("--ref", help="run the engines from this git commit (a temporary worktree) and record the "
@@ -221,6 +222,9 @@ def check_inputs(args: argparse.Namespace) -> tuple[Workload, str | None]:
         workload = get_workload(args.workload)
     except WorkloadError as e:
         raise UsageError(str(e)) from None
+    if args.dtype not in ("auto", workload.dtype) and workload.dtype != "auto":
+        raise UsageError(f"workload {workload.name!r} is measured in {workload.dtype}; --dtype {args.dtype} "
+                         f"contradicts it")
     sha = None
     if args.ref:
         from jobs.git_ref import RefError, resolve_commit

@@ -13,6 +13,7 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 WORKLOADS_FILE = DATA_DIR / "workloads.yaml"
 SOURCES = ("random_tokens", "chat_file")
 HARDWARE = ("gpu", "cpu", "any")
+DTYPES = ("auto", "float32", "bfloat16")
 # Random prompts avoid the low ids where tokenizers keep their special tokens.
 TOKEN_RANGE = (100, 10000)
 
@@ -44,6 +45,7 @@ class Workload:
     min_requests: int
     min_agreement: float | None
     chat_path: Path | None = None
+    dtype: str = "auto"         # the compute dtype of the engines that take one (ours, hf); auto: theirs
     top_p: float = 1.0
     top_k: int = 0
     spec: dict = field(default_factory=dict, compare=False, hash=False)
@@ -141,6 +143,9 @@ def _parse(name: str, spec, base: Path) -> Workload:
     min_agreement = validity.get("min_agreement") if isinstance(validity, dict) else None
     if min_agreement is not None and not (isinstance(min_agreement, (int, float)) and 0 <= min_agreement <= 1):
         fail("validity.min_agreement", "must be a number in [0, 1]")
+    dtype = spec.get("dtype", "auto")
+    if dtype not in DTYPES:
+        fail("dtype", f"must be one of {', '.join(DTYPES)}, got {dtype!r}")
     hardware = need(spec, "hardware", str, "hardware")
     if hardware not in HARDWARE:
         fail("hardware", f"must be one of {', '.join(HARDWARE)}")
@@ -152,5 +157,5 @@ def _parse(name: str, spec, base: Path) -> Workload:
         seed=need(spec, "seed", int, "seed"), hardware=hardware,
         min_duration_s=need(validity, "min_duration_s", float, "validity.min_duration_s"),
         min_requests=need(validity, "min_requests", int, "validity.min_requests"),
-        min_agreement=min_agreement, chat_path=chat_path,
+        min_agreement=min_agreement, chat_path=chat_path, dtype=dtype,
         top_p=float(sampling.get("top_p", 1.0)), top_k=int(sampling.get("top_k", 0)), spec=spec)

@@ -43,6 +43,10 @@ def test_unknown_and_malformed_workloads_name_the_problem(tmp_path):
     bad.write_text("workloads:\n  w1:\n    version: 1\n    prompts: {source: random_tokens, count: 2, input_len: [5, 2]}\n")
     with pytest.raises(WorkloadError, match=r"workload 'w1': field 'prompts.input_len'"):
         load_workloads(bad)
+    bad.write_text("workloads:\n  w2:\n    version: 1\n    prompts: {source: random_tokens, count: 2, input_len: [2, 5]}\n"
+                   "    output_len: [4, 4]\n    sampling: {temperature: 0, ignore_eos: true}\n    dtype: float16\n")
+    with pytest.raises(WorkloadError, match=r"workload 'w2': field 'dtype' must be one of auto, float32, bfloat16"):
+        load_workloads(bad)
 
 
 @pytest.mark.slow
@@ -94,11 +98,12 @@ def test_bench_refuses_unknown_workload_and_stores_nothing(tmp_path, monkeypatch
     assert not (tmp_path / "roadgate.db").exists()
 
 
-def test_dtype_reaches_our_engine_and_hf_and_lands_in_the_fingerprint():
+@pytest.mark.parametrize("workload, dtype", [("cpu-small", "bfloat16"), ("cpu-small-bf16", "auto")])
+def test_dtype_reaches_our_engine_and_hf_and_lands_in_the_fingerprint(workload, dtype):
+    # Given on the command line, or named by the workload itself.
     from jobs.bench import run_engine
-    workload = get_workload("cpu-small")
     for engine in ("ours", "hf"):
-        result = run_engine(workload, engine, backend="torch", dtype="bfloat16")
+        result = run_engine(get_workload(workload), engine, backend="torch", dtype=dtype)
         assert result.run.config["dtype"] == "bfloat16"
         assert all(r["output_tokens"] == 32 for r in result.rows)
 

@@ -42,6 +42,8 @@ def malformed_workloads(tmp_path, monkeypatch) -> list[str]:
     (CPU_OURS + ["--model", "no-such-model"], "unknown model 'no-such-model'"),
     (["bench", "--workload", "cpu-small", "--engine", "llamacpp", "--model", "dummy:smollm2-135m"],
      "llama.cpp needs a GGUF file"),
+    (["bench", "--workload", "cpu-small-bf16", "--engine", "ours", "--dtype", "float32"],
+     "workload 'cpu-small-bf16' is measured in bfloat16; --dtype float32 contradicts it"),
 ])
 def test_bad_input_is_refused_in_one_line_and_stores_nothing(store, tmp_path, monkeypatch, capsys, argv, message):
     if callable(argv):

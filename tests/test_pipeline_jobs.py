@@ -17,10 +17,11 @@ from tests.conftest import CHAT_PROMPTS
 
 def test_cpu_defaults_run_ours_and_both_peers_and_measure_agreement_against_hf():
     config = nightly.resolve_config(gpu_present=lambda: False)
-    assert config.profile == "cpu" and config.workloads == ("cpu-small",) and config.backend == "torch"
+    workloads = ("cpu-small", "cpu-small-bf16")
+    assert config.profile == "cpu" and config.workloads == workloads and config.backend == "torch"
     expected = ("ours", "hf", "llamacpp")
     assert config.engines == expected and config.reference == "hf"
-    assert nightly.plan_bench_matrix(config) == [{"engine": e, "workload": "cpu-small"} for e in expected]
+    assert nightly.plan_bench_matrix(config) == [{"engine": e, "workload": w} for w in workloads for e in expected]
     assert nightly.resolve_config(gpu_present=lambda: True).profile == "gpu"
 
 

@@ -30,7 +30,8 @@ def test_nightly_dag_runs_end_to_end_on_cpu_and_gate_evaluation_sees_the_new_run
 
     engines = nightly_engines()
     # The sensor samples the real host; a busy test machine still counts as quiet here.
-    conf = {"profile": "cpu", "engines": engines, "preflight": {"window_s": 0, "load_threshold": 1e9}}
+    conf = {"profile": "cpu", "engines": engines, "workloads": ["cpu-small"],
+            "preflight": {"window_s": 0, "load_threshold": 1e9}}
     dr = load_dag("nightly_benchmark").test(run_conf=conf)
     assert dr.state == DagRunState.SUCCESS
 
