@@ -4,7 +4,9 @@
 // G = nh / nkv query heads of its KV head, so each K/V row is read from memory
 // once. 128 threads = 16 key lanes x 8 dim lanes: one step covers 16 keys, each
 // key's d-vector spread over 8 threads in 16-byte pieces (coalesced rows).
-//   pass 1: scores q.k for the split's keys -> shared memory (G x partition floats);
+//   pass 1: scores q.k for the split's keys -> shared memory (G x partition floats),
+//           the query in registers and the G partial dots summed over the 8 dim
+//           lanes together (fold_heads);
 //   softmax statistics per head from shared memory;
 //   pass 2: p-weighted sum of V rows, reduced over the 16 key lanes.
 // A sequence within one split: the normalised output is written directly. Several: unnormalised
@@ -44,6 +46,36 @@ __device__ __forceinline__ void load_rows(Row<T, DPT> (&rows)[N], const T* cache
             for (int w = 0; w < DPT * (int)sizeof(T) / 16; ++w) rows[u].w[w] = p[w];
         }
     }
+}
+
+// Heads per KV head, padded to a power of two for fold_heads.
+__host__ __device__ constexpr int padded_heads(int g) { return g <= 1 ? 1 : g <= 2 ? 2 : g <= 4 ? 4 : 8; }
+
+// One level of summing P values over the 8 dim lanes of a key: the lanes `mask` apart
+// swap halves, so each keeps N/2 partial sums (v[0..N/2)) for N/2 shuffles. Three levels
+// sum P <= 8 values in P - 1 shuffles, not 3P: the shuffles, not the DRAM, were what
+// stalled pass 1 (ncu: short-scoreboard stalls on MIO, DRAM at 26%).
+template <int N, int P>
+__device__ __forceinline__ void fold(float (&v)[P], int lane8, int mask) {
+    const bool upper = lane8 & mask;
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+        const float give = upper ? v[i] : v[i + N / 2];
+        const float keep = upper ? v[i + N / 2] : v[i];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, give, mask);
+    }
+}
+
+// Sums v[0..P) over the 8 dim lanes; returns the full sum of value `lane8 >> (3 - log2 P)`
+// (the lanes that share an index hold the same sum).
+template <int P>
+__device__ __forceinline__ float fold_heads(float (&v)[P], int lane8) {
+    if constexpr (P == 8) { fold<8>(v, lane8, 4); fold<4>(v, lane8, 2); fold<2>(v, lane8, 1); }
+    if constexpr (P == 4) { fold<4>(v, lane8, 4); fold<2>(v, lane8, 2); v[0] += __shfl_xor_sync(0xffffffffu, v[0], 1); }
+    if constexpr (P == 2) { fold<2>(v, lane8, 4); v[0] += __shfl_xor_sync(0xffffffffu, v[0], 2);
+                            v[0] += __shfl_xor_sync(0xffffffffu, v[0], 1); }
+    if constexpr (P == 1) { for (int m = 4; m >= 1; m >>= 1) v[0] += __shfl_xor_sync(0xffffffffu, v[0], m); }
+    return v[0];
 }
 
 template <typename T, int DPT>
@@ -123,7 +155,8 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, const T* 
     const int tok = query_start_loc[b];
     const int* table = block_tables + (int64_t)b * max_blocks;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int key_lane = tid / DIM_LANES, d0 = (tid % DIM_LANES) * DPT;
+    const int key_lane = tid / DIM_LANES, lane8 = tid % DIM_LANES, d0 = lane8 * DPT;
+    constexpr int P = padded_heads(GMAX), LOG2_P = P == 8 ? 3 : P == 4 ? 2 : P == 2 ? 1 : 0;
 
     for (int i = tid; i < G * D; i += THREADS)
         qs[i / D][i % D] = to_float(q[tok * q_stride + (int64_t)(kvh * G) * D + i]) * scale;
@@ -133,7 +166,13 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, const T* 
     for (int i = tid; i <= ((end - 1) >> bs_shift) - first; i += THREADS) blocks[i] = table[first + i];
     __syncthreads();
 
-    // Pass 1: scores.
+    // Pass 1: scores. This thread's query dims live in registers: shared-memory reads
+    // per key were the rest of pass 1's MIO traffic.
+    float qr[GMAX][DPT];
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g)
+#pragma unroll
+        for (int c = 0; c < DPT; ++c) qr[g][c] = qs[g][d0 + c];
     for (int j0 = start; j0 < end; j0 += KEY_LANES * unroll<T>()) {
         Row<T, DPT> rows[unroll<T>()];
         load_rows<T, D, DPT, unroll<T>()>(rows, k_cache, blocks, first, bs_shift, nkv, kvh, j0, end, d0);
@@ -142,18 +181,18 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, const T* 
             const int j = j0 + u * KEY_LANES + key_lane;
             float row[DPT];
             unpack(rows[u], row);
+            float s[P];
 #pragma unroll
-            for (int g = 0; g < GMAX; ++g) {
-                if (g >= G) break;
-                float s = 0.f;
+            for (int g = 0; g < P; ++g) {
+                s[g] = 0.f;
+                if (g >= G) continue;
 #pragma unroll
-                for (int c = 0; c < DPT; ++c) s += qs[g][d0 + c] * row[c];
-                // The 8 dim lanes of a key are 8 consecutive lanes of one warp.
-                s += __shfl_xor_sync(0xffffffffu, s, 4);
-                s += __shfl_xor_sync(0xffffffffu, s, 2);
-                s += __shfl_xor_sync(0xffffffffu, s, 1);
-                if (d0 == 0 && j < end) scores[g * partition + j - start] = s;
+                for (int c = 0; c < DPT; ++c) s[g] += qr[g][c] * row[c];
             }
+            // The 8 dim lanes of a key are 8 consecutive lanes of one warp.
+            const float sum = fold_heads<P>(s, lane8);
+            const int g = lane8 >> (3 - LOG2_P);
+            if ((lane8 & ((8 >> LOG2_P) - 1)) == 0 && g < G && j < end) scores[g * partition + j - start] = sum;
         }
     }
     __syncthreads();
