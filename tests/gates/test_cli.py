@@ -26,7 +26,7 @@ def test_upgrade_evaluate_status_regressions(roadgate, db_url, capsys):
     rows = len(load_roadmap())
     assert f"{rows} rows evaluated" in out
     lines = {line.split()[0]: line.split()[1] for line in out.splitlines()[-rows:]}
-    assert lines["ROAD-ENGINE-NANOBENCH-H200"] == "NO_DATA" and lines["ROAD-ENGINE-SYNCS-PER-STEP-H200"] == "STALE"
+    assert lines["ROAD-ENGINE-NANOBENCH-60K-H200"] == "NO_DATA" and lines["ROAD-ENGINE-SYNCS-PER-STEP-H200"] == "STALE"
     assert roadgate(["gates", "regressions"]) == 0
     assert "0 new change points" in capsys.readouterr().out
     assert roadgate(["db", "query", "roadmap_status"]) == 0
