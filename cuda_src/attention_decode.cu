@@ -2,8 +2,9 @@
 //
 // attn_decode: one block per (split, kv head, sequence). The block serves all
 // G = nh / nkv query heads of its KV head, so each K/V row is read from memory
-// once. 128 threads = 16 key lanes x 8 dim lanes: one step covers 16 keys, each
-// key's d-vector spread over 8 threads in 16-byte pieces (coalesced rows).
+// once. 128 threads = 16 key lanes x 8 dim lanes; each key's d-vector is spread
+// over 8 threads in 16-byte pieces (coalesced rows), and a key lane takes N
+// consecutive keys a step (one cache block, so one block-table lookup for all N).
 //   pass 1: scores q.k for the split's keys -> shared memory (G x partition floats),
 //           the query in registers and the G partial dots summed over the 8 dim
 //           lanes together (fold_heads);
@@ -28,23 +29,22 @@ constexpr int MAX_SPLIT_BLOCKS = MAX_PARTITION / MIN_BLOCK_SIZE + 1;
 template <typename T> __host__ __device__ constexpr int unroll() { return sizeof(T) == 4 ? 4 : 8; }
 template <typename T, int DPT> struct Row { uint4 w[DPT * sizeof(T) / 16]; };
 
-// Issues the loads of this thread's DPT dims of unroll() consecutive steps' rows
-// (zeros past `end`) before any is used. `blocks` is the split's slice of the block
-// table in shared memory, starting at block `first`.
+// Issues the loads of this thread's DPT dims of the rows of its N consecutive keys
+// jb, jb + 1, ... (zeros past `end`) before any is used. The N keys lie in one cache
+// block (N <= the block size, jb a multiple of N), so one block-table lookup and one
+// address serve all N rows. `blocks` is the split's slice of the block table in shared
+// memory, starting at block `first`.
 template <typename T, int D, int DPT, int N>
 __device__ __forceinline__ void load_rows(Row<T, DPT> (&rows)[N], const T* cache, const int* blocks,
-                                          int first, int bs_shift, int nkv, int kvh, int j0, int end, int d0) {
+                                          int first, int bs_shift, int nkv, int kvh, int jb, int end, int d0) {
+    const int64_t slot = jb < end ? ((int64_t)blocks[(jb >> bs_shift) - first] << bs_shift) + (jb & ((1 << bs_shift) - 1)) : 0;
+    const uint4* p = reinterpret_cast<const uint4*>(cache + (slot * nkv + kvh) * D + d0);
+    const int slot_words = nkv * D * (int)sizeof(T) / 16;   // 16-byte words from one slot to the next
 #pragma unroll
     for (int u = 0; u < N; ++u) {
-        const int j = j0 + u * KEY_LANES + threadIdx.x / DIM_LANES;
 #pragma unroll
-        for (int w = 0; w < DPT * (int)sizeof(T) / 16; ++w) rows[u].w[w] = make_uint4(0, 0, 0, 0);
-        if (j < end) {
-            const int64_t slot = ((int64_t)blocks[(j >> bs_shift) - first] << bs_shift) + (j & ((1 << bs_shift) - 1));
-            const uint4* p = reinterpret_cast<const uint4*>(cache + (slot * nkv + kvh) * D + d0);
-#pragma unroll
-            for (int w = 0; w < DPT * (int)sizeof(T) / 16; ++w) rows[u].w[w] = p[w];
-        }
+        for (int w = 0; w < DPT * (int)sizeof(T) / 16; ++w)
+            rows[u].w[w] = jb + u < end ? p[u * slot_words + w] : make_uint4(0, 0, 0, 0);
     }
 }
 
@@ -173,12 +173,14 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, const T* 
     for (int g = 0; g < GMAX; ++g)
 #pragma unroll
         for (int c = 0; c < DPT; ++c) qr[g][c] = qs[g][d0 + c];
-    for (int j0 = start; j0 < end; j0 += KEY_LANES * unroll<T>()) {
-        Row<T, DPT> rows[unroll<T>()];
-        load_rows<T, D, DPT, unroll<T>()>(rows, k_cache, blocks, first, bs_shift, nkv, kvh, j0, end, d0);
+    constexpr int N = unroll<T>();                 // consecutive keys per thread and step
+    for (int j0 = start; j0 < end; j0 += KEY_LANES * N) {
+        const int jb = j0 + key_lane * N;
+        Row<T, DPT> rows[N];
+        load_rows<T, D, DPT, N>(rows, k_cache, blocks, first, bs_shift, nkv, kvh, jb, end, d0);
 #pragma unroll
-        for (int u = 0; u < unroll<T>(); ++u) {
-            const int j = j0 + u * KEY_LANES + key_lane;
+        for (int u = 0; u < N; ++u) {
+            const int j = jb + u;
             float row[DPT];
             unpack(rows[u], row);
             float s[P];
@@ -220,21 +222,32 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, const T* 
     for (int g = 0; g < GMAX; ++g)
 #pragma unroll
         for (int c = 0; c < DPT; ++c) acc[g][c] = 0.f;
-    for (int j0 = start; j0 < end; j0 += KEY_LANES * unroll<T>()) {
-        Row<T, DPT> rows[unroll<T>()];
-        load_rows<T, D, DPT, unroll<T>()>(rows, v_cache, blocks, first, bs_shift, nkv, kvh, j0, end, d0);
+    for (int j0 = start; j0 < end; j0 += KEY_LANES * N) {
+        const int jb = j0 + key_lane * N;
+        if (jb >= end) continue;
+        Row<T, DPT> rows[N];
+        load_rows<T, D, DPT, N>(rows, v_cache, blocks, first, bs_shift, nkv, kvh, jb, end, d0);
+        // The weights of 2 consecutive keys in one 8-byte read (jb - start and partition
+        // are even, so the read stays in the head's row; a weight past `end` is stale
+        // and gets no use).
 #pragma unroll
-        for (int u = 0; u < unroll<T>(); ++u) {
-            const int j = j0 + u * KEY_LANES + key_lane;
-            if (j >= end) continue;
-            float row[DPT];
-            unpack(rows[u], row);
+        for (int u2 = 0; u2 < N; u2 += 2) {
+            float2 p[GMAX];
 #pragma unroll
-            for (int g = 0; g < GMAX; ++g) {
-                if (g >= G) break;
-                const float p = scores[g * partition + j - start];
+            for (int g = 0; g < GMAX; ++g)
+                if (g < G) p[g] = *reinterpret_cast<const float2*>(&scores[g * partition + jb - start + u2]);
 #pragma unroll
-                for (int c = 0; c < DPT; ++c) acc[g][c] += p * row[c];
+            for (int u = u2; u < u2 + 2; ++u) {
+                if (jb + u >= end) break;
+                float row[DPT];
+                unpack(rows[u], row);
+#pragma unroll
+                for (int g = 0; g < GMAX; ++g) {
+                    if (g >= G) break;
+                    const float w = u == u2 ? p[g].x : p[g].y;
+#pragma unroll
+                    for (int c = 0; c < DPT; ++c) acc[g][c] += w * row[c];
+                }
             }
         }
     }
@@ -263,9 +276,10 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, const T* 
         combine_splits<T, D>(G, kvh, b, tok, used, splits, nh, nkv, out, part_o, part_ml, split_counters, last_split);
 }
 
-// The model-sized case (16-bit cache, d=64, 3 heads per KV head) is held to 72
-// registers so 7 blocks share an SM: more warps to hide the loads' latency.
-#define BLOCKS_PER_SM(T, D, G) (sizeof(T) == 2 && D == 64 && G == 3 ? 7 : 1)
+// The model-sized case (16-bit cache, d=64, 3 heads per KV head) is held to 80
+// registers so 6 blocks share an SM: more warps to hide the loads' latency (72
+// registers and 7 blocks spilled and measured slower).
+#define BLOCKS_PER_SM(T, D, G) (sizeof(T) == 2 && D == 64 && G == 3 ? 6 : 1)
 #define DECODE(T, N, D, G)                                                                                      \
     extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM(T, D, G)) attn_decode_##N##_d##D##_g##G( \
         const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, const int* block_tables,             \
