@@ -199,8 +199,8 @@ def paged_batch(query_lens, seq_lens, nh, nkv, d, dtype, bs=16):
     return q, k_cache, v_cache, meta
 
 
-def check_attention(ops, query_lens, seq_lens, nh, nkv, d, dtype):
-    q, kc, vc, meta = paged_batch(query_lens, seq_lens, nh, nkv, d, dtype)
+def check_attention(ops, query_lens, seq_lens, nh, nkv, d, dtype, bs=16):
+    q, kc, vc, meta = paged_batch(query_lens, seq_lens, nh, nkv, d, dtype, bs)
     scale = d ** -0.5
     poison_next((q.shape[0], nh, d), dtype)
     out = ops.attention(q, kc, vc, meta, scale)
@@ -218,6 +218,14 @@ def test_decode_attention(ops, dtype, nh, nkv, d, seq_lens):
     if seq_lens == "b256":
         seq_lens = torch.randint(1, 1025, (256,)).tolist()
     check_attention(ops, [1] * len(seq_lens), seq_lens, nh, nkv, d, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bs", [8, 64])
+def test_decode_attention_block_sizes(ops, dtype, bs):
+    # A key lane reads 8 (16-bit) or 4 (float) consecutive keys with one block-table
+    # lookup: they must lie in one block from the smallest block size up.
+    check_attention(ops, [1] * 5, [1, 9, 63, 129, 2000], 9, 3, 64, dtype, bs)
 
 
 def test_decode_split_counters_reset_between_launches(ops):
