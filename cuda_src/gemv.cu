@@ -120,6 +120,24 @@ __device__ __forceinline__ void row_dots(const T* const (&rows)[R], const float*
             if (m < M) sums[r][m] = warp_sum(sums[r][m]);
 }
 
+// The dot products of R rows of W with every x'[m], then lane 0 of the warp calls
+// store(m, s) for each row m < M with s[r] = dot(x'[m], W row rows[r]).
+template <typename T, int R, typename Store>
+__device__ __forceinline__ void dots_then_store(const T* const (&rows)[R], const float* xs, int M, int K,
+                                                Store store) {
+    float sums[R][MAX_ROWS];
+    row_dots<T, R>(rows, xs, M, K, sums);
+    if (threadIdx.x % 32) return;
+#pragma unroll
+    for (int m = 0; m < MAX_ROWS; ++m) {   // unrolled: sums stay in registers
+        if (m >= M) break;
+        float s[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) s[r] = sums[r][m];
+        store(m, s);
+    }
+}
+
 template <typename T, Prologue P>
 __device__ void gemv(const T* __restrict__ x, const float* __restrict__ residual, const T* __restrict__ norm_weight,
                      float* __restrict__ res_out, const T* __restrict__ w, T* __restrict__ y,
@@ -129,14 +147,9 @@ __device__ void gemv(const T* __restrict__ x, const float* __restrict__ residual
     const int n = blockIdx.x * WARPS + threadIdx.x / 32;
     if (n >= N) return;
     const T* rows[1] = {w + (int64_t)n * K};
-    float sums[1][MAX_ROWS];
-    row_dots<T, 1>(rows, xs, M, K, sums);
-    if (threadIdx.x % 32) return;
-#pragma unroll
-    for (int m = 0; m < MAX_ROWS; ++m) {   // unrolled: sums stay in registers
-        if (m >= M) break;
-        y[(int64_t)m * N + n] = from_float<T>(sums[0][m]);
-    }
+    dots_then_store<T, 1>(rows, xs, M, K, [&](int m, const float (&s)[1]) {
+        y[(int64_t)m * N + n] = from_float<T>(s[0]);
+    });
 }
 
 // The attention block's input in one kernel: RMSNorm + the packed q|k|v projection,
@@ -159,38 +172,30 @@ __device__ void gemv_norm_qkv_rope(const T* __restrict__ x, const float* __restr
     if (task < pairs) {
         const int h = task / half, i = task % half, n = h * d + i;
         const T* rows[2] = {w + (int64_t)n * K, w + (int64_t)(n + half) * K};
-        float sums[2][MAX_ROWS];
-        row_dots<T, 2>(rows, xs, M, K, sums);
-        if (threadIdx.x % 32) return;
-#pragma unroll
-        for (int m = 0; m < MAX_ROWS; ++m) {
-            if (m >= M) break;
+        dots_then_store<T, 2>(rows, xs, M, K, [&](int m, const float (&dots)[2]) {
             // The GEMM's output rounding, then the rotation in float32, as the unfused ops.
-            const float x1 = to_float(from_float<T>(sums[0][m])), x2 = to_float(from_float<T>(sums[1][m]));
+            const float x1 = to_float(from_float<T>(dots[0])), x2 = to_float(from_float<T>(dots[1]));
             const float* cs = cos_sin + positions[m] * d;
             const float c = cs[i], s = cs[half + i];
             const T o1 = from_float<T>(x1 * c - x2 * s), o2 = from_float<T>(x2 * c + x1 * s);
             y[(int64_t)m * N + n] = o1;
             y[(int64_t)m * N + n + half] = o2;
-            if (h >= nh && slots[m] >= 0) {
-                T* kc = k_cache + (slots[m] * nkv + (h - nh)) * d;
+            const int64_t slot = slots[m];
+            if (h >= nh && slot >= 0) {
+                T* kc = k_cache + (slot * nkv + (h - nh)) * d;
                 kc[i] = o1;
                 kc[i + half] = o2;
             }
-        }
+        });
     } else if (task < pairs + nkv * d) {
         const int j = task - pairs, n = (nh + nkv) * d + j;
         const T* rows[1] = {w + (int64_t)n * K};
-        float sums[1][MAX_ROWS];
-        row_dots<T, 1>(rows, xs, M, K, sums);
-        if (threadIdx.x % 32) return;
-#pragma unroll
-        for (int m = 0; m < MAX_ROWS; ++m) {
-            if (m >= M) break;
-            const T o = from_float<T>(sums[0][m]);
+        dots_then_store<T, 1>(rows, xs, M, K, [&](int m, const float (&dots)[1]) {
+            const T o = from_float<T>(dots[0]);
             y[(int64_t)m * N + n] = o;
-            if (slots[m] >= 0) v_cache[slots[m] * nkv * d + j] = o;
-        }
+            const int64_t slot = slots[m];
+            if (slot >= 0) v_cache[slot * nkv * d + j] = o;
+        });
     }
 }
 
