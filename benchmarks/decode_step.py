@@ -17,13 +17,13 @@ import argparse
 import math
 import statistics
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine import LLM  # noqa: E402
+from jobs.store.models import utcnow  # noqa: E402
 
 COPY_CEILING = 4.26e12  # bytes/s, device-to-device copy measured on the H200 (GPU-HOST.md)
 
@@ -36,7 +36,7 @@ def main() -> None:
     ap.add_argument("--layouts", type=int, default=4, help="distinct block layouts to rotate over")
     ap.add_argument("--no-store", action="store_true", help="print only; record nothing in the results store")
     args = ap.parse_args()
-    started = datetime.now(timezone.utc).replace(tzinfo=None)
+    started = utcnow()
     B, ctx, bs = args.batch, args.context, 16
     blocks_per_row = math.ceil((ctx + 1) / bs)
     llm = LLM(args.model, backend="cuda", max_num_seqs=B,
@@ -83,8 +83,7 @@ def main() -> None:
                   "layouts": args.layouts}
         figures = {"decode_step_s": step, "roofline_ratio": step / floor,
                    "memory_other_frac": mem["other"] / mem["peak_allocated"]}
-        run_id = record_microbench(f"decode-step-b{B}-c{ctx}", config, figures, started,
-                                   datetime.now(timezone.utc).replace(tzinfo=None))
+        run_id = record_microbench(f"decode-step-b{B}-c{ctx}", config, figures, started, utcnow())
         print(f"recorded run {run_id}")
 
 

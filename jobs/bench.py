@@ -96,15 +96,13 @@ def record(results: list[BenchResult], started_at: datetime, finished_at: dateti
     host = host or host_facts()
     workload = results[0].workload
     preflight_status = preflight.record_status if preflight else "skipped"
-    run = RunRecord(kind="bench", workload=workload.name, hardware_class=host["hardware_class"],
-                    started_at=started_at, finished_at=finished_at, preflight_status=preflight_status,
+    run = RunRecord(kind="bench", workload=workload.name, started_at=started_at, finished_at=finished_at,
+                    preflight_status=preflight_status,
                     preflight=preflight.as_dict() if preflight else {},
                     validity=run_verdict(workload, {r.run.engine: r.metrics for r in results}, preflight_status),
                     config={"model": model, "workload_version": workload.version,
                             "engines": {r.run.engine: r.run.config for r in results}},
-                    git_sha=host["git_sha"], git_dirty=host["git_dirty"], host=host["host"],
-                    gpu_name=host["gpu_name"], driver_version=host["driver_version"],
-                    cuda_version=host["cuda_version"], **run_fields)
+                    **host, **run_fields)
     by_engine = [(r.run.engine, r.metrics) for r in results] + [("job", job_metrics or {})]
     metrics = [MetricRecord(engine, name, m["value"], m.get("count"), m.get("p50"), m.get("p90"),
                             m.get("p99"), m.get("mean"), m.get("std"))
@@ -147,7 +145,8 @@ class RefRunError(RuntimeError):
 
 
 def host_facts() -> dict:
-    """What the run ran on: host, GPU, driver, CUDA, and the code's git state."""
+    """What the run ran on: host, GPU, driver, CUDA, and the code's git state (RunRecord's
+    fields of those names)."""
     import torch
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     driver = None

@@ -24,9 +24,6 @@ def record_microbench(name: str, config: dict, figures: dict[str, float], starte
     store = store or open_store()
     upgrade(store.engine)
     host = host or host_facts()
-    run = RunRecord(kind="microbench", workload=name, hardware_class=host["hardware_class"], started_at=started_at,
-                    finished_at=finished_at, config=config, preflight_status="skipped",
-                    git_sha=host["git_sha"], git_dirty=host["git_dirty"], host=host["host"],
-                    gpu_name=host["gpu_name"], driver_version=host["driver_version"],
-                    cuda_version=host["cuda_version"])
+    run = RunRecord(kind="microbench", workload=name, started_at=started_at, finished_at=finished_at,
+                    config=config, preflight_status="skipped", **host)
     return record_run(store, run, [MetricRecord("ours", metric, value, 1) for metric, value in figures.items()])
