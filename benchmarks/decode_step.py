@@ -9,7 +9,9 @@ not served from L2. The floor is the bytes the step must read (weights + the
 KV of every row) at the measured device copy rate.
 Figures are also written to the results store as the micro-benchmark
 `decode-step-b<batch>-c<context>` (jobs/microbench.py) unless --no-store.
-Usage: python3 benchmarks/decode_step.py [--batch 256] [--context 1024] [--no-store]
+--profile prints the step's kernels (torch.profiler over 20 replays): time per
+step by kernel, the breakdown the roofline gap is read from.
+Usage: python3 benchmarks/decode_step.py [--batch 256] [--context 1024] [--no-store] [--profile]
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--layouts", type=int, default=4, help="distinct block layouts to rotate over")
     ap.add_argument("--no-store", action="store_true", help="print only; record nothing in the results store")
+    ap.add_argument("--profile", action="store_true", help="also print the step's time by kernel")
     args = ap.parse_args()
     started = utcnow()
     B, ctx, bs = args.batch, args.context, 16
@@ -75,6 +78,8 @@ def main() -> None:
     print(f"decode step B={B} ctx={ctx} ({c.num_layers} layers, graph replay): median {step * 1e3:.3f} ms; "
           f"floor {floor * 1e3:.3f} ms (weights {weight_bytes / 1e6:.0f} MB + KV {kv_bytes / 1e6:.0f} MB "
           f"at 4.26 TB/s); ratio {step / floor:.2f}x")
+    if args.profile:
+        print_kernel_profile(run, step)
     mem = llm.memory_report()
     print("GPU memory: " + ", ".join(f"{k} {v / 1e9:.3f} GB" for k, v in mem.items()))
     if not args.no_store:
@@ -85,6 +90,24 @@ def main() -> None:
                    "memory_other_frac": mem["other"] / mem["peak_allocated"]}
         run_id = record_microbench(f"decode-step-b{B}-c{ctx}", config, figures, started, utcnow())
         print(f"recorded run {run_id}")
+
+
+def print_kernel_profile(run, step: float, replays: int = 20) -> None:
+    """GPU time per step by kernel name over `replays` graph replays (CUPTI traces
+    the kernels inside a graph), largest first."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(replays):
+            run(i)
+        torch.cuda.synchronize()
+    rows = [(e.device_time_total / replays, e.count / replays, e.key) for e in prof.key_averages()
+            if e.device_time_total > 0 and e.key.strip()]
+    total = sum(r[0] for r in rows)
+    print(f"kernels: {total / 1e3:.3f} ms of GPU time a step (replay median {step * 1e3:.3f} ms; the "
+          f"difference is gaps between kernels)")
+    print(f"{'us/step':>9} {'calls':>6} {'us/call':>8} {'%':>5}  kernel")
+    for us, calls, name in sorted(rows, reverse=True)[:25]:
+        print(f"{us:>9.1f} {calls:>6.0f} {us / calls:>8.2f} {100 * us / total:>5.1f}  {name[:90]}")
 
 
 if __name__ == "__main__":

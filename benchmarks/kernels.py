@@ -2,8 +2,9 @@
 the small-batch linear layers (our fused gemv kernels against norm/activation +
 cuBLAS) as a decode step's CUDA graph runs them.
 
-Times each case with CUDA events after warm-up, median of many runs, rotating
-over several KV caches so that repeated runs do not time the L2 cache.
+Times each case as replays of a CUDA graph of 20 calls (CUDA events, after warm-up,
+median of many replays); attention calls rotate over several KV caches so that
+repeated runs do not time the L2 cache.
 Usage: python3 benchmarks/kernels.py [--only attention|linear]
 """
 from __future__ import annotations
@@ -39,14 +40,14 @@ def decode_case(B, ctx, nh=9, nkv=3, d=64, bs=16, dtype=torch.bfloat16, copies=4
     return q, caches, meta, nbytes
 
 
-def time_ms(fn, n_caches, warmup=20, reps=200):
-    for i in range(warmup):
-        fn(i % n_caches)
+def time_ms(fn, warmup=20, reps=200):
+    for _ in range(warmup):
+        fn()
     times = []
-    for i in range(reps):
+    for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn(i % n_caches)
+        fn()
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b))
@@ -54,15 +55,17 @@ def time_ms(fn, n_caches, warmup=20, reps=200):
 
 
 def graph_us(fn, calls=20, reps=50) -> float:
-    """Median µs per call of `fn` replayed `calls` times inside one CUDA graph: the
-    per-kernel cost a captured decode step pays, without host launch time."""
-    for _ in range(3):
-        fn()
+    """Median µs per call of `fn(i)`, i = 0..calls-1, replayed inside one CUDA graph:
+    the per-kernel cost a captured decode step pays, without host launch time (timed
+    eagerly, a short kernel's figure was mostly the Python launch: the same attention
+    kernel measured 45 and 74 µs at batch 1 in one device call)."""
+    for i in range(3):
+        fn(i)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    return time_ms(lambda i: graph.replay(), 1, warmup=5, reps=reps) * 1e3 / calls
+        for i in range(calls):
+            fn(i)
+    return time_ms(graph.replay, warmup=5, reps=reps) * 1e3 / calls
 
 
 def attention(ops):
@@ -73,11 +76,12 @@ def attention(ops):
         default = ops.decode_partition(B, 3, ctx)
         # The engine's choice first, then a sweep of split sizes.
         for partition in [default] + [p for p in (64, 128, 256, 512, 1024) if p != default and p <= ctx]:
-            ms = time_ms(lambda i: ops._decode(q, caches[i][0], caches[i][1], meta, 64 ** -0.5, out, "bf16",
-                                               B, 9, 3, 64, 16, partition), len(caches))
-            gbs = nbytes / (ms * 1e-3) / 1e9
+            # Calls rotate over the cache copies: a small case's cache would otherwise sit in L2.
+            us = graph_us(lambda i: ops._decode(q, caches[i % len(caches)][0], caches[i % len(caches)][1], meta,
+                                                64 ** -0.5, out, "bf16", B, 9, 3, 64, 16, partition))
+            gbs = nbytes / (us * 1e-6) / 1e9
             label = f"decode attn B={B} ctx={ctx} (9q/3kv, d=64)" + (" *" if partition == default else "")
-            print(f"{label:<52} {partition:>9} {ms * 1e3:>10.1f} {gbs:>8.0f} "
+            print(f"{label:<52} {partition:>9} {us:>10.1f} {gbs:>8.0f} "
                   f"{100 * gbs * 1e9 / COPY_CEILING:>17.1f}%")
 
 
@@ -93,23 +97,23 @@ def linear(ops):
             res, norm_w = torch.randn(M, K, device="cuda"), torch.rand(K, dtype=dt, device="cuda")
             if name.startswith("norm"):
                 x = torch.randn(M, K, dtype=dt, device="cuda")
-                ours = lambda: ops.norm_linear(x, res, norm_w, 1e-5, w)  # noqa: E731
-                theirs = lambda: F.linear(ops.rms_norm(x, norm_w, 1e-5, res)[0], w)  # noqa: E731
+                ours = lambda i: ops.norm_linear(x, res, norm_w, 1e-5, w)  # noqa: E731
+                theirs = lambda i: F.linear(ops.rms_norm(x, norm_w, 1e-5, res)[0], w)  # noqa: E731
             elif name.startswith("silu"):
                 x = torch.randn(M, 2 * K, dtype=dt, device="cuda")
-                ours = lambda: ops.silu_linear(x, w)  # noqa: E731
-                theirs = lambda: F.linear(ops.silu_and_mul(x), w)  # noqa: E731
+                ours = lambda i: ops.silu_linear(x, w)  # noqa: E731
+                theirs = lambda i: F.linear(ops.silu_and_mul(x), w)  # noqa: E731
             else:
                 x = torch.randn(M, K, dtype=dt, device="cuda")
-                ours = lambda: ops.linear(x, w)  # noqa: E731
-                theirs = lambda: F.linear(x, w)  # noqa: E731
+                ours = lambda i: ops.linear(x, w)  # noqa: E731
+                theirs = lambda i: F.linear(x, w)  # noqa: E731
             print(f"{f'{name} ({M} x {K} -> {N})':<36} {graph_us(ours):>12.2f} {graph_us(theirs):>21.2f}")
     for M in (1, 256):
         hidden = torch.randn(M, 576, dtype=dt, device="cuda")
         head = torch.randn(49152, 576, dtype=dt, device="cuda")
         head32 = head.float()
-        print(f"{f'lm_head ({M} x 576 -> 49152) bf16->f32':<36} {graph_us(lambda: ops.logits(hidden, head)):>12.2f} "
-              f"{graph_us(lambda: F.linear(hidden.float(), head32)):>21.2f}  (right: the float32 head)")
+        print(f"{f'lm_head ({M} x 576 -> 49152) bf16->f32':<36} {graph_us(lambda i: ops.logits(hidden, head)):>12.2f} "
+              f"{graph_us(lambda i: F.linear(hidden.float(), head32)):>21.2f}  (right: the float32 head)")
 
 
 def main():
