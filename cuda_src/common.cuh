@@ -24,7 +24,12 @@ template <typename T> struct Pair;
 template <> struct Pair<bf16> {
     typedef __nv_bfloat162 type;
     static __device__ __forceinline__ type make(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
-    static __device__ __forceinline__ float2 to_float2(type h) { return __bfloat1622float2(h); }
+    // bf16 is the top half of a float: one shift or mask an element (the intrinsic
+    // __bfloat1622float2 spends a permute and a shift on the upper one).
+    static __device__ __forceinline__ float2 to_float2(type h) {
+        const uint32_t u = *reinterpret_cast<uint32_t*>(&h);
+        return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+    }
 };
 template <> struct Pair<f16> {
     typedef __half2 type;

@@ -208,16 +208,24 @@ def check_attention(ops, query_lens, seq_lens, nh, nkv, d, dtype, bs=16):
     assert rel_err(out, ref) <= 1e-2
 
 
-HEADS = [(9, 3, 64), (8, 2, 128), (16, 2, 128), (32, 8, 64)]
+HEADS = [(9, 3, 64), (8, 2, 128), (16, 2, 128), (32, 8, 64), (4, 4, 128), (8, 4, 64)]   # G = 3, 4, 8, 4, 1, 2
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("nh,nkv,d", HEADS)
-@pytest.mark.parametrize("seq_lens", [[1], [4096], [1, 15, 16, 17, 33, 1000, 4096], "b256"])
+@pytest.mark.parametrize("seq_lens", [[1], [4096], [1, 15, 16, 17, 33, 1000, 4096], "b256", "b96"])
 def test_decode_attention(ops, dtype, nh, nkv, d, seq_lens):
     if seq_lens == "b256":
         seq_lens = torch.randint(1, 1025, (256,)).tolist()
+    if seq_lens == "b96":   # a batch that fills the GPU alone: whole splits of up to 2,048 keys, then two
+        seq_lens = torch.randint(1, 3001, (96,)).tolist()
     check_attention(ops, [1] * len(seq_lens), seq_lens, nh, nkv, d, dtype)
+
+
+def test_decode_attention_refuses_unbuilt_head_groups(ops):
+    # One kernel per exact number of query heads per KV head: 5 has none.
+    with pytest.raises(ValueError, match="not 5"):
+        check_attention(ops, [1], [10], 10, 2, 64, torch.bfloat16)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
