@@ -27,7 +27,7 @@ outs = llm.generate([[{'role': 'user', 'content': 'What is the capital of France
                     SamplingParams(max_tokens=12, temperature=0.8, top_p=0.9, seed=1))
 print('memcheck run done:', repr(outs[0].text))"
 step kernels python3 benchmarks/kernels.py
-step decode-step python3 benchmarks/decode_step.py
+step decode-step python3 benchmarks/decode_step.py --profile
 step decode-step-b1 python3 benchmarks/decode_step.py --batch 1 --context 256
 step host-profile python3 benchmarks/host_profile.py --workload fixed-256x128x128
 # HF runs beside ours where the targets are ratios to it; nano-bench's target is absolute
