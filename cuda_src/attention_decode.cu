@@ -24,7 +24,7 @@
 
 namespace {
 constexpr int THREADS = 128, DIM_LANES = 8, KEY_LANES = THREADS / DIM_LANES;
-constexpr int MAX_PARTITION = 2048, MIN_BLOCK_SIZE = 8;  // the host keeps to these
+constexpr int MAX_PARTITION = 1024, MIN_BLOCK_SIZE = 8;  // the host keeps to these
 constexpr int MAX_SPLIT_BLOCKS = MAX_PARTITION / MIN_BLOCK_SIZE + 1;
 }
 

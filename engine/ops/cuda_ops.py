@@ -20,7 +20,7 @@ _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 _PREFILL_TILE = 64
 _DECODE_THREADS = 128
 _DECODE_GROUPS = (1, 2, 3, 4, 8)   # query heads per KV head the decode kernel is built for (exactly)
-_MAX_PARTITION = 2048   # both as in attention_decode.cu
+_MAX_PARTITION = 1024   # both as in attention_decode.cu
 _MIN_BLOCK_SIZE = 8
 _GEMV_WARPS, _GEMV_KERNEL_MAX_ROWS = 4, 8   # as in gemv.cu
 _SMEM_BYTES = 48 * 1024              # the gemv's x' must fit without an opt-in
@@ -208,16 +208,14 @@ class CudaOps(Ops):
 
     def decode_partition(self, batch: int, nkv: int, max_seq_len: int) -> int:
         """Keys per split of decode attention: enough blocks to fill the GPU
-        DECODE_WAVES times over at a context of up to DECODE_FILL_CONTEXT. A batch that
-        fills it alone keeps up to 2,048 keys in one block (a split costs a combine and
-        a tail block: B=256, context 1,025 measured 54.2 us split at 1,024, 46.5 us whole);
-        a smaller one splits at 1,024 at most, because a graph is captured for the
-        longest context and shorter ones would then leave SMs idle (B=64, context 2,048:
-        48.4 us whole, 34.8 us in two)."""
+        DECODE_WAVES times over at a context of up to DECODE_FILL_CONTEXT, and at most
+        1,024. (Whole sequences of up to 2,048 keys at batch 256 were faster on a batch
+        of equal lengths, 46.5 vs 54.2 us at context 1,025, and slower on nano-bench's
+        mixed ones, 53.8-54.7k vs 56.7-57.2k tok/s: one wave of blocks lasts as long
+        as its longest block.)"""
         want_splits = max(1, math.ceil(self.decode_waves * self.num_sms / (batch * nkv)))
         context = min(max_seq_len, self.decode_fill_context)
-        cap = _MAX_PARTITION if want_splits == 1 else _MAX_PARTITION // 2
-        return min(cap, max(32, 16 * math.ceil(context / want_splits / 16)))
+        return min(_MAX_PARTITION, max(32, 16 * math.ceil(context / want_splits / 16)))
 
     def _decode(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs, partition=None):
         G = nh // nkv
