@@ -14,6 +14,8 @@
 // partial sums plus (max, sum) go to a workspace, and the last split of a
 // (sequence, KV head) to finish combines them (a counter per pair, reset by that
 // last block): no second kernel, which at small batch is a launch per layer saved.
+// With cos_sin given, RoPE and the cache write of the new token are fused in (see
+// rope_inputs): a decode step then needs no rope_and_cache launch.
 // Launch: grid = (B * nkv, splits), block = 128, dynamic smem = G * partition * 4 bytes;
 // split_counters [B * nkv] int32, zero before the launch (and left zero after it).
 // Blocks start in grid order, so every sequence's first split starts before any second
@@ -135,13 +137,44 @@ __device__ void combine_splits(int kvh, int b, int tok, int used, int splits, in
     if (threadIdx.x == 0) *counter = 0;
 }
 
+// The fused decode's inputs: `row` is the token's packed q|k|v projection output, not
+// yet rotated. Every split rotates its G query heads into qs (pre-scaled); the split
+// that holds the new token (position L - 1) also rotates its k and writes k and v into
+// the cache, before pass 1 reads that row: no other block reads it, and the barrier
+// after this makes the writes visible within the block. Values are rounded to T as
+// rope_and_cache stores them, so the result equals rope_and_cache + attention.
 template <typename T, int D, int G>
-__device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k_cache,
-                            const T* __restrict__ v_cache, const int* __restrict__ block_tables, int max_blocks,
+__device__ __forceinline__ void rope_inputs(const T* row, int kvh, int nh, int nkv, const float* cs, int64_t slot,
+                                            bool writes_new_kv, T* k_cache, T* v_cache, float (&qs)[G][D],
+                                            float scale) {
+    constexpr int H = D / 2;
+    const int heads = writes_new_kv ? G + 1 : G;   // head G: the new k
+    for (int i = threadIdx.x; i < heads * H; i += THREADS) {
+        const int g = i / H, j = i % H;
+        const T* x = row + (g == G ? nh + kvh : kvh * G + g) * D;
+        const float c = cs[j], s = cs[H + j], x1 = to_float(x[j]), x2 = to_float(x[j + H]);
+        const T o1 = from_float<T>(x1 * c - x2 * s), o2 = from_float<T>(x2 * c + x1 * s);
+        if (g == G) {
+            T* kc = k_cache + (slot * nkv + kvh) * D;
+            kc[j] = o1;
+            kc[j + H] = o2;
+        } else {
+            qs[g][j] = to_float(o1) * scale;
+            qs[g][j + H] = to_float(o2) * scale;
+        }
+    }
+    if (writes_new_kv)
+        for (int j = threadIdx.x; j < D; j += THREADS) v_cache[(slot * nkv + kvh) * D + j] = row[(nh + nkv + kvh) * D + j];
+}
+
+template <typename T, int D, int G>
+__device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, T* k_cache, T* v_cache,
+                            const int* __restrict__ block_tables, int max_blocks,
                             const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc,
                             T* __restrict__ out, float* __restrict__ part_o, float2* __restrict__ part_ml,
                             int* __restrict__ split_counters, int nh, int nkv, int bs, int partition, int splits,
-                            float scale) {
+                            float scale, const int64_t* __restrict__ positions, const float* __restrict__ cos_sin,
+                            const int64_t* __restrict__ slots) {
     constexpr int DPT = D / DIM_LANES;
     extern __shared__ float scores[];              // [G][partition]
     __shared__ __align__(16) float qs[G][D];       // pre-scaled queries
@@ -161,8 +194,12 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, const T* 
     const int key_lane = tid / DIM_LANES, lane8 = tid % DIM_LANES, d0 = lane8 * DPT;
     constexpr int P = padded_heads(G), LOG2_P = P == 8 ? 3 : P == 4 ? 2 : P == 2 ? 1 : 0;
 
-    for (int i = tid; i < G * D; i += THREADS)
-        qs[i / D][i % D] = to_float(q[tok * q_stride + (int64_t)(kvh * G) * D + i]) * scale;
+    if (cos_sin)   // the caches are not __restrict__/const: this block may write the row it then reads
+        rope_inputs<T, D, G>(q + tok * q_stride, kvh, nh, nkv, cos_sin + positions[tok] * D, slots[tok],
+                             end == L && slots[tok] >= 0, k_cache, v_cache, qs, scale);
+    else
+        for (int i = tid; i < G * D; i += THREADS)
+            qs[i / D][i % D] = to_float(q[tok * q_stride + (int64_t)(kvh * G) * D + i]) * scale;
     // Row addresses then need no dependent global load of the block table.
     const int bs_shift = __ffs(bs) - 1;            // the host keeps bs a power of two: no divisions per row
     const int first = start >> bs_shift;
@@ -286,12 +323,13 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, const T* 
 #define BLOCKS_PER_SM(T, D, G) (sizeof(T) == 2 && D == 64 && G == 3 ? 6 : 1)
 #define DECODE(T, N, D, G)                                                                                      \
     extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM(T, D, G)) attn_decode_##N##_d##D##_g##G( \
-        const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, const int* block_tables,             \
-        int max_blocks, const int* seq_lens, const int* query_start_loc, T* out, float* part_o,                 \
-        float2* part_ml, int* split_counters, int nh, int nkv, int bs, int partition, int splits, float scale) { \
+        const T* q, int64_t q_stride, T* k_cache, T* v_cache, const int* block_tables, int max_blocks,         \
+        const int* seq_lens, const int* query_start_loc, T* out, float* part_o, float2* part_ml,               \
+        int* split_counters, int nh, int nkv, int bs, int partition, int splits, float scale,                  \
+        const int64_t* positions, const float* cos_sin, const int64_t* slots) {                                \
         attn_decode<T, D, G>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens,                 \
                              query_start_loc, out, part_o, part_ml, split_counters, nh, nkv, bs, partition,     \
-                             splits, scale);                                                                     \
+                             splits, scale, positions, cos_sin, slots);                                          \
     }
 // One kernel per exact G (a compile-time head count: no per-key tests of it).
 #define DECODE_DIM(T, N, D) DECODE(T, N, D, 1) DECODE(T, N, D, 2) DECODE(T, N, D, 3) DECODE(T, N, D, 4) DECODE(T, N, D, 8)

@@ -114,11 +114,10 @@ class LlamaModel:
         h = ops.embed(token_ids, self.embed)
         residual = None
         for layer, cache in zip(self.layers, kv_cache):
-            # norm -> q|k|v projection -> RoPE on q, k -> k, v into the cache
-            q, residual = ops.attention_inputs(h, residual, layer.attn_norm, c.rms_norm_eps, layer.qkv, positions,
-                                               self.cos_sin, cache[0], cache[1], meta.slot_mapping,
-                                               c.num_heads, c.num_kv_heads)
-            attn = ops.attention(q, cache[0], cache[1], meta, self.scale)
+            # norm -> q|k|v projection -> RoPE on q, k -> k, v into the cache -> attention
+            attn, residual = ops.self_attention(h, residual, layer.attn_norm, c.rms_norm_eps, layer.qkv, positions,
+                                                self.cos_sin, cache[0], cache[1], meta, self.scale,
+                                                c.num_heads, c.num_kv_heads)
             h = ops.linear(attn.reshape(T, c.q_size), layer.o)
             gate_up, residual = ops.norm_linear(h, residual, layer.ffn_norm, c.rms_norm_eps, layer.gate_up)
             h = ops.silu_linear(gate_up, layer.down)

@@ -98,6 +98,16 @@ class Ops(Protocol):
                             k_cache, v_cache, slot_mapping)
         return q, residual
 
+    def self_attention(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
+                       qkv_weight: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor,
+                       k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
+                       num_heads: int, num_kv_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The attention block up to the output projection: attention_inputs, then
+        attention. Returns (attention output [T, nh, d], float32 residual)."""
+        q, residual = self.attention_inputs(x, residual, norm_weight, eps, qkv_weight, positions, cos_sin, k_cache,
+                                            v_cache, meta.slot_mapping, num_heads, num_kv_heads)
+        return self.attention(q, k_cache, v_cache, meta, scale), residual
+
     def silu_linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """silu_and_mul(x), then the linear layer."""
         return self.linear(self.silu_and_mul(x), weight)

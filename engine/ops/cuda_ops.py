@@ -82,7 +82,7 @@ class CudaOps(Ops):
                 k["prefill", dt, d] = mods["attention_prefill"].kernel(f"attn_prefill_{dt}_d{d}", "PlPPPiPPPiiif")
                 for g in _DECODE_GROUPS:
                     k["decode", dt, d, g] = mods["attention_decode"].kernel(
-                        f"attn_decode_{dt}_d{d}_g{g}", "PlPPPiPPPPPPiiiiif")
+                        f"attn_decode_{dt}_d{d}_g{g}", "PlPPPiPPPPPPiiiiifPPP")
         self._k = k
         # Decode attention's per-(sequence, KV head) split counters. Kernels leave them
         # zero; a larger batch gets a new buffer, and old ones stay alive because
@@ -182,10 +182,31 @@ class CudaOps(Ops):
                                             k_cache, v_cache, slot_mapping.long().contiguous(), nh, nkv, d,
                                             q.stride(0), k.stride(0), v.stride(0))
 
+    def self_attention(self, x, residual, norm_weight, eps, qkv_weight, positions, cos_sin, k_cache, v_cache, meta,
+                       scale, num_heads, num_kv_heads):
+        d = cos_sin.shape[1]
+        if (meta.max_query_len != 1 or self._gemv_fits(x, qkv_weight, x.shape[-1])
+                or qkv_weight.shape[0] != (num_heads + 2 * num_kv_heads) * d):
+            # Prefill, or a decode batch small enough for the gemv kernel that fuses RoPE itself.
+            return super().self_attention(x, residual, norm_weight, eps, qkv_weight, positions, cos_sin, k_cache,
+                                          v_cache, meta, scale, num_heads, num_kv_heads)
+        # Decode: RoPE and the new k, v's cache write happen inside the attention kernel
+        # (one launch a layer fewer: rope_and_cache was 3.3 us of a B=256 layer).
+        qkv, residual = self.norm_linear(x, residual, norm_weight, eps, qkv_weight)
+        q = qkv[:, :num_heads * d].view(qkv.shape[0], num_heads, d)
+        rope = (positions.long().contiguous(), cos_sin.float().contiguous(), meta.slot_mapping.long().contiguous())
+        return self._attention(q, k_cache, v_cache, meta, scale, rope), residual
+
     def attention(self, q, k_cache, v_cache, meta: AttentionMetadata, scale):
+        return self._attention(q, k_cache, v_cache, meta, scale)
+
+    def _attention(self, q, k_cache, v_cache, meta, scale, rope=None):
+        """attention(); with rope = (positions, cos_sin, slot_mapping), decode only: q is
+        the q part of the packed, unrotated q|k|v rows, and the kernel rotates q and k
+        and writes k, v into the cache first."""
         T, nh, d = q.shape
         nkv, bs = k_cache.shape[2], k_cache.shape[1]
-        if q.stride(2) != 1 or q.stride(1) != d:
+        if rope is None and (q.stride(2) != 1 or q.stride(1) != d):
             q = q.contiguous()
         out = torch.empty((T, nh, d), dtype=q.dtype, device=q.device)
         B = meta.seq_lens.shape[0]
@@ -198,7 +219,7 @@ class CudaOps(Ops):
             raise ValueError(f"cuda attention needs KV blocks of a power of two >= {_MIN_BLOCK_SIZE} tokens, not {bs}")
         tables, max_blocks = meta.block_tables, meta.block_tables.shape[1]
         if meta.max_query_len == 1:
-            self._decode(q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs)
+            self._decode(q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs, rope=rope)
         else:
             grid = (math.ceil(meta.max_query_len / _PREFILL_TILE), nh, B)
             self._k["prefill", dt, d](grid, 128, q, q.stride(0), k_cache, v_cache, tables, max_blocks,
@@ -217,7 +238,7 @@ class CudaOps(Ops):
         context = min(max_seq_len, self.decode_fill_context)
         return min(_MAX_PARTITION, max(32, 16 * math.ceil(context / want_splits / 16)))
 
-    def _decode(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs, partition=None):
+    def _decode(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs, partition=None, rope=None):
         G = nh // nkv
         if G not in _DECODE_GROUPS:
             raise ValueError(f"cuda decode attention is built for {_DECODE_GROUPS} query heads per KV head, not {G}")
@@ -232,7 +253,7 @@ class CudaOps(Ops):
         self._k["decode", dt, d, G](
             (B * nkv, splits), _DECODE_THREADS, q, q.stride(0), k_cache, v_cache, meta.block_tables,
             meta.block_tables.shape[1], meta.seq_lens, meta.query_start_loc, out, part_o, part_ml, counters,
-            nh, nkv, bs, partition, splits, float(scale), shared=G * partition * 4)
+            nh, nkv, bs, partition, splits, float(scale), *(rope or (None, None, None)), shared=G * partition * 4)
 
     def _counters(self, n: int, device) -> torch.Tensor:
         if not self._split_counters or self._split_counters[-1].numel() < n:

@@ -4,6 +4,7 @@ Outputs are poisoned with NaN before each run (in-place outputs directly; the
 ops' own allocations by parking a NaN-filled block of the same size in torch's
 caching allocator), so an unwritten element shows up as NaN or as a mismatch.
 """
+import dataclasses
 import math
 import os
 
@@ -12,7 +13,7 @@ import torch
 
 from engine.model import rope_cos_sin
 from engine.model_config import ModelConfig
-from engine.ops.base import AttentionMetadata, SamplingTensors
+from engine.ops.base import AttentionMetadata, Ops, SamplingTensors
 from engine.ops.torch_ops import TorchOps
 
 pytestmark = pytest.mark.gpu
@@ -220,6 +221,43 @@ def test_decode_attention(ops, dtype, nh, nkv, d, seq_lens):
     if seq_lens == "b96":   # a batch that fills the GPU alone, at contexts past one split
         seq_lens = torch.randint(1, 3001, (96,)).tolist()
     check_attention(ops, [1] * len(seq_lens), seq_lens, nh, nkv, d, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("nh,nkv,d", [(9, 3, 64), (8, 2, 128)])
+@pytest.mark.parametrize("seq_lens", [[1, 17, 300, 1000, 4096], "b256"])
+def test_decode_self_attention_fuses_rope_and_cache_write(ops, dtype, nh, nkv, d, seq_lens):
+    """Past the gemv sizes, decode rotates q and k and writes the new k, v inside the
+    attention kernel: the same output and cache as rope_and_cache + attention (the base
+    Ops.self_attention on the same ops), with the new token in a later split."""
+    if seq_lens == "b256":
+        seq_lens = torch.randint(1, 1025, (256,)).tolist()
+    B, H, bs = len(seq_lens), 576, 16
+    _, kc, vc, meta = paged_batch([1] * B, seq_lens, nh, nkv, d, dtype, bs)
+    last = torch.tensor(seq_lens, device="cuda") - 1            # the new token's position
+    slots = meta.block_tables.long().gather(1, (last // bs)[:, None])[:, 0] * bs + last % bs
+    slots[1] = -1                                                 # a padding row: nothing cached
+    meta = dataclasses.replace(meta, slot_mapping=slots)
+    w = torch.randn((nh + 2 * nkv) * d, H, dtype=dtype, device="cuda") * H ** -0.5
+    x = torch.randn(B, H, dtype=dtype, device="cuda")
+    res = torch.randn(B, H, dtype=torch.float32, device="cuda")
+    norm_w = torch.rand(H, dtype=dtype, device="cuda") + 0.5
+    config = ModelConfig(hidden_size=H, num_layers=1, num_heads=nh, num_kv_heads=nkv, intermediate_size=1,
+                         vocab_size=1, max_position=4096, head_dim=d)
+    cos_sin = rope_cos_sin(config, 4096, "cuda")
+    args = (x, res, norm_w, 1e-5, w, last, cos_sin)
+    poison_next((B, nh, d), dtype)
+    out, r = ops.self_attention(*args, kc, vc, meta, d ** -0.5, nh, nkv)
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    ref, ref_r = Ops.self_attention(ops, *args, kc_ref, vc_ref, meta, d ** -0.5, nh, nkv)
+    assert torch.equal(r, ref_r)
+    assert rel_err(out, ref) <= tol(dtype)
+    assert torch.equal(vc, vc_ref)
+    rows, k, k_ref = slots[slots >= 0], kc.view(-1, nkv, d), kc_ref.view(-1, nkv, d)
+    assert rel_err(k[rows], k_ref[rows]) <= tol(dtype)
+    others = torch.ones(k.shape[0], dtype=torch.bool, device="cuda")
+    others[rows] = False
+    assert torch.equal(k[others], k_ref[others])                 # no other slot written
 
 
 def test_decode_attention_refuses_unbuilt_head_groups(ops):
