@@ -11,6 +11,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import platform
 import socket
 import subprocess
 import sys
@@ -144,9 +145,25 @@ class RefRunError(RuntimeError):
         self.returncode = returncode
 
 
+def cpu_name() -> str:
+    """The host CPU as results depend on it: model, logical cores, widest vector ISA
+    (e.g. "AMD EPYC x2 avx512_bf16"). Two 2-core EPYC hosts of this project, one with
+    AVX-512 BF16 and one with AVX2 only, ran the CPU workloads 3.5x apart."""
+    model, flags = platform.processor() or platform.machine(), set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                model = value.strip()
+            elif key.strip() in ("flags", "Features"):
+                flags = set(value.split())
+    isa = next((f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "asimd") if f in flags), None)
+    return " ".join(filter(None, (model, f"x{os.cpu_count()}", isa)))
+
+
 def host_facts() -> dict:
-    """What the run ran on: host, GPU, driver, CUDA, and the code's git state (RunRecord's
-    fields of those names)."""
+    """What the run ran on: host, CPU, GPU, driver, CUDA, and the code's git state
+    (RunRecord's fields of those names)."""
     import torch
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     driver = None
@@ -162,7 +179,7 @@ def host_facts() -> dict:
             sha = out.stdout.strip()
             dirty = bool(subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
                                         capture_output=True, text=True).stdout.strip())
-    return {"host": socket.gethostname(), "gpu_name": gpu, "driver_version": driver,
+    return {"host": socket.gethostname(), "cpu_name": cpu_name(), "gpu_name": gpu, "driver_version": driver,
             "cuda_version": torch.version.cuda if gpu else None,
             # Roadmap rows name hardware classes like "H200"; CPU hosts are "cpu".
             "hardware_class": gpu.split()[-1] if gpu else "cpu", "git_sha": sha, "git_dirty": dirty}

@@ -1,8 +1,11 @@
 """Bench job: metrics from timestamps, workloads, and a CPU bench landing in the store."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from jobs.bench import cpu_name
 from jobs.metrics import Completion, agreement, request_row, summarize
 from jobs.workloads import WorkloadError, get_workload, load_workloads
 
@@ -49,6 +52,11 @@ def test_unknown_and_malformed_workloads_name_the_problem(tmp_path):
         load_workloads(bad)
 
 
+def test_cpu_name_gives_model_and_cores():
+    model, cores = cpu_name().split(" x")[:2]
+    assert model and int(cores.split()[0]) == os.cpu_count()
+
+
 @pytest.mark.slow
 def test_cpu_bench_of_ours_llamacpp_and_hf_lands_comparable_results(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ROADGATE_DATA_DIR", str(tmp_path))
@@ -70,6 +78,7 @@ def test_cpu_bench_of_ours_llamacpp_and_hf_lands_comparable_results(tmp_path, mo
         assert len(runs) == 1 and runs[0].workload == "cpu-small" and runs[0].preflight_status == "skipped"
         metrics = {(m.engine, m.metric): m.value for m in s.scalars(select(Metric))}
     run = runs[0]
+    assert run.cpu_name == cpu_name()           # the CPU is part of the fingerprint
     # One fingerprint over all three engines' configs: their figures are comparable with each other only.
     assert set(run.config["engines"]) == {"ours", "llamacpp", "hf"}
     for engine in ("ours", "llamacpp", "hf"):

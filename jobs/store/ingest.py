@@ -45,6 +45,7 @@ class RunRecord:
     git_dirty: bool | None = None
     host: str | None = None
     gpu_name: str | None = None
+    cpu_name: str | None = None  # e.g. "AMD EPYC x2 avx2" (jobs.bench.cpu_name)
     driver_version: str | None = None
     cuda_version: str | None = None
     airflow_dag_id: str | None = None
@@ -67,9 +68,12 @@ class MetricRecord:
     std: float | None = None
 
 
-def fingerprint(workload: str, hardware_class: str, gpu_name: str | None, config: dict) -> str:
-    """Stable hash of what makes results comparable: workload, hardware, engine config."""
-    key = {"workload": workload, "hardware": {"class": hardware_class, "gpu": gpu_name}, "config": config}
+def fingerprint(workload: str, hardware_class: str, gpu_name: str | None, config: dict,
+                cpu_name: str | None = None) -> str:
+    """Stable hash of what makes results comparable: workload, hardware, engine config.
+    The CPU enters only where it is known (runs before it was recorded keep their hash)."""
+    hardware = {"class": hardware_class, "gpu": gpu_name, **({"cpu": cpu_name} if cpu_name else {})}
+    key = {"workload": workload, "hardware": hardware, "config": config}
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
@@ -91,9 +95,10 @@ def _run_row(run: RunRecord, run_id: str, parquet_uri: str | None) -> Run:
     return Run(
         id=run_id, kind=run.kind, status=run.status, workload=run.workload, hardware_class=run.hardware_class,
         started_at=run.started_at, finished_at=run.finished_at, git_sha=run.git_sha, git_dirty=run.git_dirty,
-        host=run.host, gpu_name=run.gpu_name, driver_version=run.driver_version, cuda_version=run.cuda_version,
+        host=run.host, gpu_name=run.gpu_name, cpu_name=run.cpu_name, driver_version=run.driver_version,
+        cuda_version=run.cuda_version,
         config=run.config, preflight_status=run.preflight_status, preflight=run.preflight, validity=run.validity,
-        fingerprint=fingerprint(run.workload, run.hardware_class, run.gpu_name, run.config),
+        fingerprint=fingerprint(run.workload, run.hardware_class, run.gpu_name, run.config, run.cpu_name),
         parquet_uri=parquet_uri, airflow_dag_id=run.airflow_dag_id, airflow_run_id=run.airflow_run_id,
         supersedes_id=run.supersedes_id, supersede_reason=run.supersede_reason,
     )

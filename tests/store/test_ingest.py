@@ -31,6 +31,17 @@ def test_record_run_writes_parquet_partition_and_sql_rows(store):
     assert not [p for p in Path(store.parquet_root).rglob("*") if p.name.startswith(".")]  # no temp files left
 
 
+def test_runs_on_different_cpus_do_not_share_a_fingerprint(store):
+    # Two 2-core EPYC hosts, AVX-512 BF16 and AVX2 only, ran the CPU workloads 3.5x apart.
+    ids = [record_run(store, nightly(0, hardware_class="cpu", gpu_name=None, cpu_name=cpu),
+                      metrics(output_tok_s=1.0))
+           for cpu in ("AMD EPYC x2 avx512_bf16", "AMD EPYC x2 avx2", "AMD EPYC x2 avx2")]
+    with store.session() as session:
+        runs = [session.get(Run, i) for i in ids]
+    assert runs[1].cpu_name == "AMD EPYC x2 avx2"
+    assert runs[0].fingerprint != runs[1].fingerprint == runs[2].fingerprint
+
+
 def test_parquet_root_may_be_a_uri(db_url, tmp_path):
     s = open_store(db_url, f"file://{tmp_path}/bucket")
     from jobs.store import upgrade

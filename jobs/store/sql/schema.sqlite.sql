@@ -35,6 +35,7 @@ CREATE TABLE runs (
 	preflight_status VARCHAR(16) NOT NULL,
 	preflight JSON NOT NULL,
 	validity JSON,
+	cpu_name VARCHAR(255),
 	fingerprint VARCHAR(64) NOT NULL,
 	parquet_uri TEXT,
 	airflow_dag_id VARCHAR(250),
