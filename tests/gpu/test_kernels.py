@@ -107,20 +107,25 @@ def test_linear_layers(ops, dtype, M, K, N, monkeypatch):
     assert rel_err(ops.silu_linear(gate_up, w), REF.silu_linear(gate_up, w)) <= tol(dtype)
 
 
+def attention_block_inputs(M, nh, nkv, d, dtype, H=576):
+    """The attention block's inputs for M rows: x, float32 residual, norm weight, the packed
+    q|k|v weight, and the model's RoPE table (positions up to 4096)."""
+    x = torch.randn(M, H, dtype=dtype, device="cuda")
+    res = torch.randn(M, H, dtype=torch.float32, device="cuda")
+    norm_w = torch.rand(H, dtype=dtype, device="cuda") + 0.5
+    w = torch.randn((nh + 2 * nkv) * d, H, dtype=dtype, device="cuda") * H ** -0.5
+    config = ModelConfig(hidden_size=H, num_layers=1, num_heads=nh, num_kv_heads=nkv, intermediate_size=1,
+                         vocab_size=1, max_position=4096, head_dim=d)
+    return x, res, norm_w, w, rope_cos_sin(config, 4096, "cuda")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M", [1, 2, 3])          # 3 rows: the unfused path
 @pytest.mark.parametrize("nh,nkv,d", [(9, 3, 64), (8, 2, 128)])
 def test_attention_inputs(ops, dtype, M, nh, nkv, d):
     """Norm + q|k|v projection + RoPE + cache write (one kernel at 1-2 rows) against the
     reference ops: the rotated q, the residual, and exactly the cache slots written."""
-    H = 576
-    w = torch.randn((nh + 2 * nkv) * d, H, dtype=dtype, device="cuda") * H ** -0.5
-    x = torch.randn(M, H, dtype=dtype, device="cuda")
-    res = torch.randn(M, H, dtype=torch.float32, device="cuda")
-    norm_w = torch.rand(H, dtype=dtype, device="cuda") + 0.5
-    config = ModelConfig(hidden_size=H, num_layers=1, num_heads=nh, num_kv_heads=nkv, intermediate_size=1,
-                         vocab_size=1, max_position=4096, head_dim=d)
-    cos_sin = rope_cos_sin(config, 4096, "cuda")
+    x, res, norm_w, w, cos_sin = attention_block_inputs(M, nh, nkv, d, dtype)
     positions = torch.randint(0, 4096, (M,), device="cuda")
     slots = torch.randperm(64 * 16, device="cuda")[:M]
     slots[-1] = -1                                    # a padding row: nothing cached
@@ -232,19 +237,13 @@ def test_decode_self_attention_fuses_rope_and_cache_write(ops, dtype, nh, nkv, d
     Ops.self_attention on the same ops), with the new token in a later split."""
     if seq_lens == "b256":
         seq_lens = torch.randint(1, 1025, (256,)).tolist()
-    B, H, bs = len(seq_lens), 576, 16
+    B, bs = len(seq_lens), 16
     _, kc, vc, meta = paged_batch([1] * B, seq_lens, nh, nkv, d, dtype, bs)
     last = torch.tensor(seq_lens, device="cuda") - 1            # the new token's position
     slots = meta.block_tables.long().gather(1, (last // bs)[:, None])[:, 0] * bs + last % bs
     slots[1] = -1                                                 # a padding row: nothing cached
     meta = dataclasses.replace(meta, slot_mapping=slots)
-    w = torch.randn((nh + 2 * nkv) * d, H, dtype=dtype, device="cuda") * H ** -0.5
-    x = torch.randn(B, H, dtype=dtype, device="cuda")
-    res = torch.randn(B, H, dtype=torch.float32, device="cuda")
-    norm_w = torch.rand(H, dtype=dtype, device="cuda") + 0.5
-    config = ModelConfig(hidden_size=H, num_layers=1, num_heads=nh, num_kv_heads=nkv, intermediate_size=1,
-                         vocab_size=1, max_position=4096, head_dim=d)
-    cos_sin = rope_cos_sin(config, 4096, "cuda")
+    x, res, norm_w, w, cos_sin = attention_block_inputs(B, nh, nkv, d, dtype)
     args = (x, res, norm_w, 1e-5, w, last, cos_sin)
     poison_next((B, nh, d), dtype)
     out, r = ops.self_attention(*args, kc, vc, meta, d ** -0.5, nh, nkv)
