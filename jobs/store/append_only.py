@@ -38,15 +38,16 @@ def _refuse_bulk_statements(state: ORMExecuteState) -> None:
             raise _refuse("UPDATE" if state.is_update else "DELETE", mapper.local_table.name)
 
 
-def trigger_ddl(dialect: str, tables: list[str]) -> list[str]:
-    """Statements that make the database itself refuse UPDATE and DELETE on `tables`."""
+def trigger_ddl(dialect: str, tables: list[str], with_function: bool = True) -> list[str]:
+    """Statements that make the database itself refuse UPDATE and DELETE on `tables`
+    (on PostgreSQL, `with_function` also creates the trigger function they call)."""
     if dialect == "postgresql":
         statements = [
             """CREATE OR REPLACE FUNCTION roadgate_refuse_change() RETURNS trigger AS $$
 BEGIN
   RAISE EXCEPTION 'roadgate: % on % refused: history is append-only', TG_OP, TG_TABLE_NAME;
 END $$ LANGUAGE plpgsql"""
-        ]
+        ] if with_function else []
         for t in tables:
             statements += [
                 f"CREATE TRIGGER {t}_append_only BEFORE UPDATE OR DELETE ON {t} "

@@ -52,6 +52,9 @@ class Run(AppendOnly, Base):
     # "cpu" hosts (and a GPU host's launch loop) differ by several times. NULL before 0003.
     cpu_name: Mapped[str | None] = mapped_column(String(255))
     fingerprint: Mapped[str] = mapped_column(String(64))
+    # `git write-tree` of engine/, jobs/, cuda_src/ and dags/ as they were on disk (jobs.code_identity):
+    # names the code that ran even from a copied or dirty tree. NULL before 0004.
+    code_hash: Mapped[str | None] = mapped_column(String(40))
     parquet_uri: Mapped[str | None] = mapped_column(Text)
     airflow_dag_id: Mapped[str | None] = mapped_column(String(250))
     airflow_run_id: Mapped[str | None] = mapped_column(String(250))
@@ -82,6 +85,8 @@ class Metric(AppendOnly, Base):
     p99: Mapped[float | None] = mapped_column(Float)
     mean: Mapped[float | None] = mapped_column(Float)
     std: Mapped[float | None] = mapped_column(Float)
+    # The series this figure belongs to (series.key); NULL before 0004, derived in v_metric_history.
+    series: Mapped[str | None] = mapped_column(String(32))
     supersedes_id: Mapped[int | None] = mapped_column(ForeignKey("metrics.id"))
     supersede_reason: Mapped[str | None] = mapped_column(Text)
     recorded_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
@@ -89,7 +94,24 @@ class Metric(AppendOnly, Base):
     __table_args__ = (
         Index("ix_metrics_run_engine_metric", "run_id", "engine", "metric"),
         Index("ix_metrics_supersedes_id", "supersedes_id"),
+        Index("ix_metrics_series", "series"),
     )
+
+
+class Series(AppendOnly, Base):
+    """What identifies a result: a figure is compared only within its series (Conbench's rule).
+
+    The key hashes the identity: workload name and version, hardware (GPU model, or the CPU
+    with its cores and vector ISA), engine, the engine's identifying configuration and the
+    measurement method. Everything else a run records is provenance."""
+    __tablename__ = "series"
+
+    key: Mapped[str] = mapped_column(String(32), primary_key=True)
+    workload: Mapped[str] = mapped_column(String(64))
+    hardware: Mapped[str] = mapped_column(String(255))
+    engine: Mapped[str] = mapped_column(String(64))
+    identity: Mapped[dict] = mapped_column(JSON)
+    first_recorded_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
 class RoadmapRow(Base):
@@ -135,6 +157,7 @@ class ChangePoint(AppendOnly, Base):
     fingerprint: Mapped[str] = mapped_column(String(64))
     engine: Mapped[str] = mapped_column(String(64))
     metric: Mapped[str] = mapped_column(String(64))
+    series: Mapped[str | None] = mapped_column(String(32))  # NULL before 0004
     # The change happened between these two runs of the series.
     last_run_before_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
     first_run_after_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
