@@ -113,6 +113,18 @@ class BlockManager:
         seq.block_hashes = []
         seq.num_computed_tokens = 0
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix, so the next prompts compute all their blocks.
+
+        Only while no sequence holds a block (as vLLM's reset_prefix_cache): a running
+        sequence's blocks are its own state, not cache. Returns whether it reset."""
+        if len(self.free) != self.num_blocks:
+            return False
+        for block in self.blocks:
+            block.key = None
+        self.cached.clear()
+        return True
+
     def _take_free_block(self) -> int:
         block_id, _ = self.free.popitem(last=False)
         block = self.blocks[block_id]

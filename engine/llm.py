@@ -287,6 +287,11 @@ class LLM:
         peak = torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else owned
         return {"weights": owned - kv, "kv_cache": kv, "peak_allocated": peak, "other": peak - owned}
 
+    def reset_prefix_cache(self) -> bool:
+        """Empty the prefix cache (between benchmark repetitions: each must prefill
+        cold). False, and nothing changed, while requests are in flight."""
+        return self.block_manager.reset_prefix_cache()
+
     @property
     def stats(self) -> dict:
         pc = self.block_manager.stats

@@ -47,6 +47,19 @@ def test_prefix_hit_always_leaves_a_token_to_compute():
     assert bm.acquire_cached_prefix(b) == 4   # last block recomputed for logits
 
 
+def test_reset_prefix_cache_forgets_every_prefix_but_only_when_idle():
+    bm = BlockManager(num_blocks=8, block_size=4)
+    a = computed(bm, seq(0, 10))
+    assert not bm.reset_prefix_cache()        # a sequence holds blocks: its state, not cache
+    b = seq(1, 10)
+    assert bm.acquire_cached_prefix(b) == 8   # nothing was forgotten
+    bm.release(a)
+    bm.release(b)
+    assert bm.reset_prefix_cache()
+    assert bm.cached == {} and bm.num_free_blocks == 8
+    assert bm.acquire_cached_prefix(seq(2, 10)) == 0   # the same prompt now computes every block
+
+
 def test_eviction_reuses_lru_cached_blocks():
     bm = BlockManager(num_blocks=2, block_size=4)
     bm.release(computed(bm, seq(0, 5)))
