@@ -23,14 +23,15 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from jobs.engines import ENGINES, EngineRun, engine_module
+from jobs import engines
+from jobs.engines import ENGINES, EngineRun
 from jobs.metrics import agreement, request_row, summarize
 from jobs.validity import run_verdict
 from jobs.workloads import DTYPES, Workload, WorkloadError, get_workload
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 # The Python package each engine needs beyond the core install (the `peers` extra).
-ENGINE_PACKAGES = {"hf": "transformers", "llamacpp": "llama_cpp"}
+ENGINE_PACKAGES = {"hf": "transformers", "hf-static": "transformers", "llamacpp": "llama_cpp"}
 
 
 @dataclass
@@ -44,15 +45,9 @@ class BenchResult:
 
 def run_engine(workload: Workload, engine: str, model: str = DEFAULT_MODEL, backend: str = "auto",
                device: str = "cpu", dtype: str = "auto") -> BenchResult:
-    module = engine_module(engine)
     dtype = workload.dtype if dtype == "auto" else dtype
     entered = time.perf_counter()
-    if engine == "ours":
-        run = module.run(workload, model, backend=backend, dtype=dtype)
-    elif engine == "llamacpp":
-        run = module.run(workload, model)   # always on CPU, in the GGUF's own types: it is the CPU floor
-    else:
-        run = module.run(workload, model, device=device, dtype=dtype)
+    run = engines.run_engine(engine, workload, model, backend, device, dtype)
     engine_s = time.perf_counter() - entered
     rows = [request_row(c) for c in run.completions]
     metrics = summarize(rows, run.wall_s)
@@ -162,9 +157,12 @@ def cpu_name() -> str:
 
 
 def host_facts() -> dict:
-    """What the run ran on: host, CPU, GPU, driver, CUDA, and the code's git state
-    (RunRecord's fields of those names)."""
+    """What the run ran on: host, CPU, GPU, driver, CUDA, and the code: its git state and
+    the hash of its files, which names it also in a dirty or copied tree (RunRecord's
+    fields of those names)."""
     import torch
+
+    from jobs.code_identity import code_hash
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     driver = None
     if gpu:
@@ -182,7 +180,8 @@ def host_facts() -> dict:
     return {"host": socket.gethostname(), "cpu_name": cpu_name(), "gpu_name": gpu, "driver_version": driver,
             "cuda_version": torch.version.cuda if gpu else None,
             # Roadmap rows name hardware classes like "H200"; CPU hosts are "cpu".
-            "hardware_class": gpu.split()[-1] if gpu else "cpu", "git_sha": sha, "git_dirty": dirty}
+            "hardware_class": gpu.split()[-1] if gpu else "cpu", "git_sha": sha, "git_dirty": dirty,
+            "code_hash": code_hash()}
 
 
 def format_table(results: list[BenchResult]) -> str:

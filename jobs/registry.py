@@ -36,6 +36,9 @@ METRICS: dict[str, MetricSpec] = {
     # Timed runs of the workload (an engine repeats a short one) and their total seconds.
     "repetitions": MetricSpec("count", "lower"),
     "measured_s": MetricSpec("s", "higher"),
+    # Prompt tokens our engine took from its prefix cache in the measured repetitions (each
+    # starts with the cache emptied): nonzero only where the workload declares shared prefixes.
+    "prefix_cache_hit_tokens": MetricSpec("tokens", "higher"),
     # Fraction of requests whose output matches the reference engine's.
     "agreement": MetricSpec("fraction", "higher"),
     # Micro-benchmarks (jobs/microbench.py): a CUDA-graph decode step, its ratio to the

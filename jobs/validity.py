@@ -11,6 +11,8 @@ says so in its own validity rules). The agreement floor holds our engine only:
 it is the check that our engine computes the reference's function. A peer is
 measured as it is shipped (llama.cpp computes with quantized dot products, so its
 greedy picks part from HF's at near-ties); its agreement is recorded, not judged.
+An engine that reports prefix-cache hits on a workload that does not declare shared
+prefixes measured a warm cache, not the workload: invalid.
 The host must have been quiet, per the preflight; that is a property of the whole run.
 """
 from __future__ import annotations
@@ -27,16 +29,21 @@ def engine_verdict(workload: Workload, metrics: dict[str, dict], held_to_agreeme
     duration = metrics.get("measured_s", metrics["wall_s"])["value"]
     requests = metrics["requests_s"]["count"]
     agreement = metrics.get("agreement", {}).get("value")
+    hit_tokens = metrics.get("prefix_cache_hit_tokens", {}).get("value", 0)
     reasons = []
     if duration < workload.min_duration_s:
         reasons.append(f"ran {duration:.3g}s, shorter than the workload's minimum {workload.min_duration_s:g}s")
     if requests < workload.min_requests:
         reasons.append(f"finished {requests} requests, fewer than the workload's minimum {workload.min_requests}")
+    if hit_tokens and not workload.shared_prefixes:
+        reasons.append(f"{hit_tokens:g} prompt tokens came from the prefix cache, and the workload declares "
+                       "no shared prefixes")
     if held_to_agreement and workload.min_agreement is not None and agreement is not None \
             and agreement < workload.min_agreement:
         reasons.append(f"agreement with the reference {agreement:.3g}, below the floor {workload.min_agreement:g}")
     return {"valid": not reasons, "reasons": reasons,
-            "measured": {"duration_s": duration, "requests": requests, "agreement": agreement}}
+            "measured": {"duration_s": duration, "requests": requests, "agreement": agreement,
+                         "prefix_cache_hit_tokens": hit_tokens}}
 
 
 def run_verdict(workload: Workload, metrics_by_engine: dict[str, dict[str, dict]], preflight_status: str) -> dict:

@@ -48,6 +48,9 @@ class Workload:
     dtype: str = "auto"         # the compute dtype of the engines that take one (ours, hf); auto: theirs
     top_p: float = 1.0
     top_k: int = 0
+    # Its prompts share prefixes by design (a common system prompt): prefix-cache hits inside
+    # one measured repetition are then the engine's due, not a flattered figure.
+    shared_prefixes: bool = False
     spec: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -146,6 +149,9 @@ def _parse(name: str, spec, base: Path) -> Workload:
     dtype = spec.get("dtype", "auto")
     if dtype not in DTYPES:
         fail("dtype", f"must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    shared_prefixes = spec.get("shared_prefixes", False)
+    if not isinstance(shared_prefixes, bool):
+        fail("shared_prefixes", f"must be true or false, got {shared_prefixes!r}")
     hardware = need(spec, "hardware", str, "hardware")
     if hardware not in HARDWARE:
         fail("hardware", f"must be one of {', '.join(HARDWARE)}")
@@ -158,4 +164,5 @@ def _parse(name: str, spec, base: Path) -> Workload:
         min_duration_s=need(validity, "min_duration_s", float, "validity.min_duration_s"),
         min_requests=need(validity, "min_requests", int, "validity.min_requests"),
         min_agreement=min_agreement, chat_path=chat_path, dtype=dtype,
-        top_p=float(sampling.get("top_p", 1.0)), top_k=int(sampling.get("top_k", 0)), spec=spec)
+        top_p=float(sampling.get("top_p", 1.0)), top_k=int(sampling.get("top_k", 0)),
+        shared_prefixes=shared_prefixes, spec=spec)

@@ -126,7 +126,7 @@ workloads:
   tiny:
     version: 1
     description: two random prompts, four tokens out
-    prompts: {{source: random_tokens, count: 2, input_len: [8, 8]}}
+    prompts: {{source: random_tokens, count: 2, input_len: [40, 40]}}
     output_len: [4, 4]
     sampling: {{temperature: 0, ignore_eos: true}}
     seed: 1
@@ -137,3 +137,29 @@ workloads:
     assert run.extra_metrics["repetitions"] == repetitions     # 9: the cap, for a minimum never reached
     assert run.extra_metrics["measured_s"] >= run.wall_s * repetitions * 0.5
     assert len(run.completions) == 2 and all(len(c.token_ids) == 4 for c in run.completions)
+    # Each 40-token prompt has two full KV blocks that a warm cache would serve from the second
+    # repetition on; the cache is emptied before each, so every repetition prefilled cold.
+    assert run.extra_metrics["prefix_cache_hit_tokens"] == 0
+
+
+def test_warmup_prompts_have_the_measured_shapes_and_none_of_their_tokens():
+    from jobs.engines import warmup_prompts
+    measured = [r.prompt for r in get_workload("nano-bench").requests()]
+    warm = warmup_prompts(measured)
+    assert [len(p) for p in warm] == [len(p) for p in measured]
+    assert all(w[:16] != m[:16] for w, m in zip(warm, measured))   # no measured KV block can come from it
+    assert warmup_prompts(measured) == warm                         # the same for every engine
+
+
+@pytest.mark.parametrize("shared_prefixes, valid", [(False, False), (True, True)])
+def test_prefix_cache_hits_invalidate_a_workload_without_shared_prefixes(shared_prefixes, valid):
+    from dataclasses import replace
+
+    from jobs.validity import engine_verdict
+    workload = replace(get_workload("fixed-256x128x128"), shared_prefixes=shared_prefixes)
+    metrics = {"wall_s": {"value": 5.0}, "requests_s": {"value": 50.0, "count": 256},
+               "prefix_cache_hit_tokens": {"value": 4096}}
+    verdict = engine_verdict(workload, metrics)
+    assert verdict["valid"] is valid
+    assert valid or "4096 prompt tokens came from the prefix cache" in verdict["reasons"][0]
+    assert engine_verdict(workload, {**metrics, "prefix_cache_hit_tokens": {"value": 0}})["valid"]

@@ -6,6 +6,11 @@ engine's own tokenizer and chat template. llama-cpp-python serves one sequence
 at a time, so the requests, all arriving when the run starts, are served in
 order; a request's TTFT includes its wait in that queue, as it does for ours.
 Every token is stamped with the host clock as the generator yields it.
+
+Warm-up: one request of the longest measured prompt and output lengths (it serves one
+sequence at a time, so that is its largest shape), other tokens; then its context is
+reset, so the first measured prompt starts with nothing cached. Between measured
+requests llama-cpp-python keeps the previous prompt's matching prefix, as shipped.
 """
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ import time
 
 import torch
 
-from jobs.engines import EngineRun
+from jobs.engines import EngineRun, warmup_prompts
 from jobs.metrics import Completion
 from jobs.workloads import Workload
 
@@ -69,7 +74,8 @@ def run(workload: Workload, model: str, device: str = "cpu", n_threads: int | No
                 break
         return tokens, times, reason
 
-    generate(0, prompts[0], 4)   # warm-up
+    longest = max(range(len(prompts)), key=lambda i: len(prompts[i]))
+    generate(longest, warmup_prompts([prompts[longest]])[0], max(r.max_tokens for r in requests))
     llm.reset()                  # a cold cache for the timed run: no prompt starts out cached
     completions = []
     start = time.perf_counter()
