@@ -69,6 +69,11 @@ def _run_ref(run_id: str | None) -> str:
     return "—" if run_id is None else f'<code title="{escape(run_id)}">{escape(run_id[:8])}</code>'
 
 
+def _code_hash(code_hash: str | None) -> str:
+    # The files that ran (jobs.code_identity): names the code where a dirty or copied tree's commit cannot.
+    return "—" if code_hash is None else f'<code title="{escape(code_hash)}">{escape(code_hash[:10])}</code>'
+
+
 def roadmap_table(board: list, now: datetime) -> str:
     rows = []
     for r in board:
@@ -139,11 +144,12 @@ def runs_table(data: DashboardData) -> str:
             + _cell(format_value(run.agreement, "fraction"), "num") + _cell(duration, "num")
             + _cell(run.metric_count, "num")
             + f"<td><code>{escape((run.git_sha or '—')[:10])}{'+dirty' if run.git_dirty else ''}</code></td>"
+            + f"<td>{_code_hash(run.code_hash)}</td>"
             + _cell("; ".join(verdicts[run.run_id]) or "—")
             + "</tr>")
     return ('<table id="runs"><thead><tr><th>Started (UTC)</th><th>Run</th><th>What</th><th>Validity</th>'
             "<th>Status</th><th>Preflight</th><th>Agreement</th><th>Duration</th><th>Metrics</th><th>Commit</th>"
-            "<th>Evidence for</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+            "<th>Code hash</th><th>Evidence for</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
 
 
 def dashboard_html(data: DashboardData, now: datetime) -> str:

@@ -43,6 +43,7 @@ class RunRecord:
     validity: dict | None = None  # the bench job's verdict on its measurement (jobs/validity.py)
     git_sha: str | None = None
     git_dirty: bool | None = None
+    code_hash: str | None = None  # the code that ran, from its files (jobs.code_identity)
     host: str | None = None
     gpu_name: str | None = None
     cpu_name: str | None = None  # e.g. "AMD EPYC x2 avx2" (jobs.bench.cpu_name)
@@ -95,8 +96,8 @@ def _run_row(run: RunRecord, run_id: str, parquet_uri: str | None) -> Run:
     return Run(
         id=run_id, kind=run.kind, status=run.status, workload=run.workload, hardware_class=run.hardware_class,
         started_at=run.started_at, finished_at=run.finished_at, git_sha=run.git_sha, git_dirty=run.git_dirty,
-        host=run.host, gpu_name=run.gpu_name, cpu_name=run.cpu_name, driver_version=run.driver_version,
-        cuda_version=run.cuda_version,
+        code_hash=run.code_hash, host=run.host, gpu_name=run.gpu_name, cpu_name=run.cpu_name,
+        driver_version=run.driver_version, cuda_version=run.cuda_version,
         config=run.config, preflight_status=run.preflight_status, preflight=run.preflight, validity=run.validity,
         fingerprint=fingerprint(run.workload, run.hardware_class, run.gpu_name, run.config, run.cpu_name),
         parquet_uri=parquet_uri, airflow_dag_id=run.airflow_dag_id, airflow_run_id=run.airflow_run_id,

@@ -8,7 +8,7 @@ import pytest
 from jobs.report import StoreNotReady, render_dashboard
 from jobs.store import open_store
 from tests.report.chromium import Page, chromium_binary
-from tests.report.history import NOW, ROWS, STATUS, build_history
+from tests.report.history import CODE_HASH, NOW, ROWS, STATUS, build_history
 
 REPO = Path(__file__).resolve().parents[2]
 # Where the screenshot is kept: $ROADGATE_TEST_ARTIFACTS, else tests/artifacts/ (git-ignored).
@@ -77,13 +77,16 @@ def test_dashboard_in_headless_chromium(dashboard):
     assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 20_000
 
 
-def test_dashboard_lists_recent_runs_with_validity_and_names_no_outside_resource(dashboard):
+def test_dashboard_lists_recent_runs_with_validity_code_hash_and_names_no_outside_resource(dashboard):
     path, h = dashboard
     page = path.read_text()
     assert "://" not in page  # no CDN, no font or script from elsewhere
     for run_id, validity in [(h.latency_failed_run, "failed"), (h.noisy_run, "noisy host"), (h.nano_runs[-1], "valid")]:
         row = page.split(f'<tr data-run="{run_id}">', 1)[1].split("</tr>", 1)[0]
         assert f">{validity}</td>" in row
+        # Beside the commit, the hash of the code that ran, where the run recorded one.
+        code = f'<code title="{CODE_HASH}">{CODE_HASH[:10]}</code>' if run_id == h.noisy_run else "—"
+        assert f"</code></td><td>{code}</td>" in row
     assert [p.name for p in path.parent.iterdir()] == ["index.html"]  # no temporary file left beside it
 
 

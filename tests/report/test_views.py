@@ -8,7 +8,7 @@ from jobs.report.queries import (BOARD, CHANGE_POINTS, HISTORY, LATENCIES, LATES
                                  evidence_superseded)
 from jobs.store import MetricRecord, supersede_metric
 from jobs.store.views import dashboard_names, dashboard_sql
-from tests.report.history import NIGHTS, STATUS, STEP, build_history, ours_tok_s
+from tests.report.history import CODE_HASH, NIGHTS, STATUS, STEP, build_history, ours_tok_s
 from tests.store_support import EPOCH
 
 
@@ -81,6 +81,7 @@ def test_run_validity(built):
     by_id = {r.run_id: r for r in runs}
     assert by_id[h.latency_failed_run].validity == "failed"
     assert by_id[h.noisy_run].validity == "noisy host"
+    assert (by_id[h.noisy_run].code_hash, by_id[h.latency_ok_run].code_hash) == (CODE_HASH, None)
     first, second = by_id[h.nano_runs[0]], by_id[h.nano_runs[1]]
     assert (first.validity, first.agreement, first.metric_count) == ("valid", 0.98, 15)
     assert (second.agreement, by_id[h.latency_ok_run].agreement) == (1.0, None)

@@ -42,6 +42,12 @@ def test_runs_on_different_cpus_do_not_share_a_fingerprint(store):
     assert runs[0].fingerprint != runs[1].fingerprint == runs[2].fingerprint
 
 
+def test_a_run_keeps_the_hash_of_the_code_that_ran(store):
+    run_id = record_run(store, nightly(0, code_hash="c0de" * 10), metrics(output_tok_s=1.0))
+    with store.session() as session:
+        assert session.get(Run, run_id).code_hash == "c0de" * 10
+
+
 def test_parquet_root_may_be_a_uri(db_url, tmp_path):
     s = open_store(db_url, f"file://{tmp_path}/bucket")
     from jobs.store import upgrade

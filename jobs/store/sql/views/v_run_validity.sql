@@ -13,6 +13,7 @@ SELECT
     r.preflight_status,
     r.git_sha,
     r.git_dirty,
+    r.code_hash,
     r.host,
     r.airflow_run_id,
     (SELECT MIN(a.value) FROM v_metric_history a WHERE a.run_id = r.id AND a.metric = 'agreement') AS agreement,
