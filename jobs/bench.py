@@ -30,6 +30,10 @@ from jobs.validity import run_verdict
 from jobs.workloads import DTYPES, Workload, WorkloadError, get_workload
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
+# How engines are measured, part of every series: figures of different methods are not
+# compared. 2: warm-up on the measured shapes for every engine, our prefix cache emptied
+# before each measured repetition, the host watched throughout (1: runs before that).
+MEASUREMENT_METHOD = 2
 # The Python package each engine needs beyond the core install (the `peers` extra).
 ENGINE_PACKAGES = {"hf": "transformers", "hf-static": "transformers", "llamacpp": "llama_cpp"}
 
@@ -91,13 +95,18 @@ def record(results: list[BenchResult], started_at: datetime, finished_at: dateti
     upgrade(store.engine)
     host = host or host_facts()
     workload = results[0].workload
+    digest = engines.model_digest(model)
+    identities = {r.run.engine: engines.identity(r.run.engine, r.run.config) for r in results} | {"job": {}}
     preflight_status = preflight.record_status if preflight else "skipped"
     run = RunRecord(kind="bench", workload=workload.name, started_at=started_at, finished_at=finished_at,
                     preflight_status=preflight_status,
                     preflight=preflight.as_dict() if preflight else {},
                     validity=run_verdict(workload, {r.run.engine: r.metrics for r in results}, preflight_status),
-                    config={"model": model, "workload_version": workload.version,
+                    config={"model": model, "model_sha256": digest, "workload_version": workload.version,
+                            "measurement_method": MEASUREMENT_METHOD,
                             "engines": {r.run.engine: r.run.config for r in results}},
+                    identities={engine: {**config, "model_sha256": digest, "measurement_method": MEASUREMENT_METHOD}
+                                for engine, config in identities.items()},
                     **host, **run_fields)
     by_engine = [(r.run.engine, r.metrics) for r in results] + [("job", job_metrics or {})]
     metrics = [MetricRecord(engine, name, m["value"], m.get("count"), m.get("p50"), m.get("p90"),
@@ -140,10 +149,23 @@ class RefRunError(RuntimeError):
         self.returncode = returncode
 
 
+VECTOR_ISAS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "asimd")   # widest first
+
+
 def cpu_name() -> str:
     """The host CPU as results depend on it: model, logical cores, widest vector ISA
     (e.g. "AMD EPYC x2 avx512_bf16"). Two 2-core EPYC hosts of this project, one with
     AVX-512 BF16 and one with AVX2 only, ran the CPU workloads 3.5x apart."""
+    model, isa = _cpu_model_and_isa()
+    return " ".join(filter(None, (model, f"x{os.cpu_count()}", isa)))
+
+
+def cpu_class() -> str:
+    """The hardware class of a CPU host, as CPU roadmap rows name it: "cpu-<widest vector ISA>"."""
+    return "cpu-" + (_cpu_model_and_isa()[1] or "unknown")
+
+
+def _cpu_model_and_isa() -> tuple[str, str | None]:
     model, flags = platform.processor() or platform.machine(), set()
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -152,8 +174,7 @@ def cpu_name() -> str:
                 model = value.strip()
             elif key.strip() in ("flags", "Features"):
                 flags = set(value.split())
-    isa = next((f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "asimd") if f in flags), None)
-    return " ".join(filter(None, (model, f"x{os.cpu_count()}", isa)))
+    return model, next((f for f in VECTOR_ISAS if f in flags), None)
 
 
 def host_facts() -> dict:
@@ -179,8 +200,8 @@ def host_facts() -> dict:
                                         capture_output=True, text=True).stdout.strip())
     return {"host": socket.gethostname(), "cpu_name": cpu_name(), "gpu_name": gpu, "driver_version": driver,
             "cuda_version": torch.version.cuda if gpu else None,
-            # Roadmap rows name hardware classes like "H200"; CPU hosts are "cpu".
-            "hardware_class": gpu.split()[-1] if gpu else "cpu", "git_sha": sha, "git_dirty": dirty,
+            # Roadmap rows name hardware classes like "H200"; CPU hosts by their vector ISA, "cpu-avx2".
+            "hardware_class": gpu.split()[-1] if gpu else cpu_class(), "git_sha": sha, "git_dirty": dirty,
             "code_hash": code_hash()}
 
 

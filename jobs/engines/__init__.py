@@ -5,6 +5,8 @@ each with the options it takes.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib
 import random
 from dataclasses import dataclass, field
@@ -23,6 +25,41 @@ class EngineRun:
     completions: list[Completion]
     wall_s: float
     extra_metrics: dict = field(default_factory=dict)   # name -> value (peak memory, syncs...)
+
+# The config keys that identify an engine's figures (part of its series); every other key
+# of its config (versions, derived sizes such as the KV blocks that fit) is provenance.
+IDENTITY_KEYS = {
+    "ours": ("backend", "dtype", "max_num_seqs", "max_num_batched_tokens", "block_size"),
+    "hf": ("device", "dtype", "batch_size", "attention", "cache"),
+    "hf-static": ("device", "dtype", "batch_size", "attention", "cache"),
+    "llamacpp": ("device", "n_threads", "n_batch"),
+}
+
+
+def identity(name: str, config: dict) -> dict:
+    return {key: config.get(key) for key in IDENTITY_KEYS[name]}
+
+
+def model_digest(model: str) -> str:
+    """What the engines loaded, by content: sha256 of the GGUF file (of a HF folder's files,
+    in name order); a `dummy:` model is its name (its weights are random by design)."""
+    from engine.model_source import alias_path
+    if model.startswith("dummy:"):
+        return model
+    path = alias_path(model)
+    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    return _files_digest(tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+
+
+@functools.lru_cache(maxsize=8)
+def _files_digest(files: tuple[tuple[str, int, int], ...]) -> str:
+    """Keyed by (path, size, mtime): hashing the 98 MB GGUF once per process is enough."""
+    digest = hashlib.sha256()
+    for name, _, _ in files:
+        with open(name, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
 
 
 def engine_module(name: str):

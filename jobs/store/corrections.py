@@ -33,7 +33,7 @@ def supersede_metric(store: Store, old_metric_id: int, corrected: MetricRecord, 
     with store.session() as session, session.begin():
         _refuse_if_superseded(session, Metric, old_metric_id)
         old = session.get(Metric, old_metric_id)
-        new = Metric(**metric_values(corrected, old.run_id), supersedes_id=old_metric_id, supersede_reason=reason)
+        new = Metric(**metric_values(corrected, old.run_id, old.series), supersedes_id=old_metric_id, supersede_reason=reason)
         session.add(new)
         session.flush()
         return new.id

@@ -7,6 +7,7 @@ ingest of the same run is recognised and records nothing twice.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import uuid
@@ -14,12 +15,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import pyarrow as pa
-from sqlalchemy import insert
+from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 
 from jobs.registry import METRICS, WORKLOADS
 from jobs.store.db import Store
-from jobs.store.models import Metric, Run, utcnow
+from jobs.store.models import Metric, Run, Series, utcnow
 from jobs.store.parquet import write_requests
 
 PREFLIGHT_STATUSES = ("quiet", "noisy", "skipped")
@@ -51,6 +52,9 @@ class RunRecord:
     cuda_version: str | None = None
     airflow_dag_id: str | None = None
     airflow_run_id: str | None = None
+    # engine -> what identifies its figures beyond workload and hardware (Conbench's "series"):
+    # its identifying configuration; an engine not named here is identified by the whole config.
+    identities: dict = field(default_factory=dict)
     id: str | None = None  # set it to make a retried ingest idempotent
     supersedes_id: str | None = None
     supersede_reason: str | None = None
@@ -76,6 +80,19 @@ def fingerprint(workload: str, hardware_class: str, gpu_name: str | None, config
     hardware = {"class": hardware_class, "gpu": gpu_name, **({"cpu": cpu_name} if cpu_name else {})}
     key = {"workload": workload, "hardware": hardware, "config": config}
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def series_identity(run: RunRecord, engine: str) -> dict:
+    """What identifies `engine`'s figures in `run`: workload name and version, hardware
+    (the GPU model, else the CPU with its cores and vector ISA), engine, and the engine's
+    identifying configuration. Versions, derived sizes and host names are provenance."""
+    return {"workload": run.workload, "workload_version": run.config.get("workload_version"),
+            "hardware": run.gpu_name or run.cpu_name or run.hardware_class, "engine": engine,
+            "config": run.identities.get(engine, run.config)}
+
+
+def series_key(identity: dict) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
 def _validate(run: RunRecord, metrics: list[MetricRecord]) -> None:
@@ -105,12 +122,22 @@ def _run_row(run: RunRecord, run_id: str, parquet_uri: str | None) -> Run:
     )
 
 
-def metric_values(m: MetricRecord, run_id: str) -> dict:
+def metric_values(m: MetricRecord, run_id: str, series: str | None = None) -> dict:
     spec = METRICS[m.metric]
     return dict(
         run_id=run_id, engine=m.engine, metric=m.metric, unit=spec.unit, better=spec.better, value=m.value,
-        count=m.count, p50=m.p50, p90=m.p90, p99=m.p99, mean=m.mean, std=m.std, recorded_at=utcnow(),
+        count=m.count, p50=m.p50, p90=m.p90, p99=m.p99, mean=m.mean, std=m.std, series=series,
+        recorded_at=utcnow(),
     )
+
+
+def _describe_new_series(store: Store, identities: dict[str, dict]) -> None:
+    """Describe each series the first time a figure of it is recorded. Its own transaction:
+    a concurrent writer that describes the same series first makes this one a no-op."""
+    with contextlib.suppress(IntegrityError), store.session() as session, session.begin():
+        known = set(session.scalars(select(Series.key).where(Series.key.in_(list(identities)))))
+        session.add_all(Series(key=key, workload=i["workload"], hardware=i["hardware"], engine=i["engine"],
+                               identity=i) for key, i in identities.items() if key not in known)
 
 
 def record_run(store: Store, run: RunRecord, metrics: list[MetricRecord], requests: pa.Table | None = None) -> str:
@@ -123,12 +150,15 @@ def record_run(store: Store, run: RunRecord, metrics: list[MetricRecord], reques
     parquet_uri = None
     if requests is not None:
         parquet_uri = write_requests(store.parquet_root, run_id, run.started_at.date(), requests)
+    identities = {engine: series_identity(run, engine) for engine in dict.fromkeys(m.engine for m in metrics)}
+    keys = {engine: series_key(identity) for engine, identity in identities.items()}
+    _describe_new_series(store, {keys[e]: identity for e, identity in identities.items()})
     try:
         with store.session() as session, session.begin():
             session.add(_run_row(run, run_id, parquet_uri))
             session.flush()  # the run first: metrics reference it
             if metrics:  # one executemany: the ORM would fetch each new id back, several times slower
-                session.execute(insert(Metric), [metric_values(m, run_id) for m in metrics])
+                session.execute(insert(Metric), [metric_values(m, run_id, keys[m.engine]) for m in metrics])
     except IntegrityError:
         with store.session() as session:
             if session.get(Run, run_id) is None:

@@ -64,13 +64,35 @@ def test_lower_is_better_rows(store):
     assert statuses(store) == {"ROAD-TEST-TTFT": "PASS"}
 
 
-def test_ratio_threshold_compares_to_the_peer_on_the_same_fingerprint(store):
+def an_hour_later():
+    """A second run on the evening of nightly(9)."""
+    started = EPOCH + timedelta(days=9, hours=1)
+    return nightly(9, started_at=started, finished_at=started + timedelta(minutes=5))
+
+
+def test_ratio_threshold_compares_to_the_peer_measured_in_the_same_run(store):
     setup_rows(store, VS_PEER)
-    # A faster peer on other hardware config must not count: different fingerprint.
-    record_run(store, nightly(8, config={"backend": "torch"}), metrics("hf-transformers", output_tok_s=5000.0))
+    # A peer of another run does not count, even of the same series: it saw another host state.
+    record_run(store, nightly(8), metrics("hf-transformers", output_tok_s=1500.0))
     record_run(store, nightly(9), good_metrics(tok_s=1200.0) + metrics("hf-transformers", output_tok_s=1000.0))
     (evaluation,) = evaluate_gates(store, NOW)
     assert (evaluation.status, evaluation.target, evaluation.peer_value) == ("PASS", pytest.approx(1100.0), 1000.0)
+    record_run(store, an_hour_later(), good_metrics(tok_s=1200.0))
+    assert statuses(store) == {"ROAD-TEST-VS-PEER": "INVALID"}   # the newest run has no peer beside ours
+
+
+def test_a_peer_far_below_its_own_history_makes_the_ratio_unusable(store):
+    setup_rows(store, VS_PEER)
+    for day in range(5):   # the peer's usual figure, in its own series
+        record_run(store, nightly(day + 3), good_metrics(tok_s=1200.0) + metrics("hf-transformers", output_tok_s=1000.0))
+    # A starved peer (a busy host): ours at 1200 would be 24x it, a PASS it has not earned.
+    record_run(store, nightly(9), good_metrics(tok_s=1200.0) + metrics("hf-transformers", output_tok_s=50.0))
+    (evaluation,) = evaluate_gates(store, NOW)
+    assert evaluation.status == "INVALID"
+    assert "hf-transformers output_tok_s 50 is far off its own history (median 1000" in evaluation.reason
+    # A peer within its usual range is usable again.
+    record_run(store, an_hour_later(), good_metrics(tok_s=1200.0) + metrics("hf-transformers", output_tok_s=900.0))
+    assert statuses(store) == {"ROAD-TEST-VS-PEER": "PASS"}
 
 
 def test_ratio_threshold_without_a_peer_result_is_invalid(store):

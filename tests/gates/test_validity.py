@@ -33,7 +33,8 @@ def test_each_workload_rule_fails_a_measurement_on_its_own(workload, engine_metr
 
 def test_a_measurement_that_meets_every_rule_is_valid_and_unmeasured_agreement_is_no_failure():
     assert engine_verdict(CPU_SMALL, measured(1.0, 8, agreement=0.75)) == {
-        "valid": True, "reasons": [], "measured": {"duration_s": 1.0, "requests": 8, "agreement": 0.75}}
+        "valid": True, "reasons": [], "measured": {"duration_s": 1.0, "requests": 8, "agreement": 0.75,
+                                                  "prefix_cache_hit_tokens": 0}}
     assert engine_verdict(CPU_SMALL, measured(1.0, 8))["valid"]      # the reference engine has no agreement
 
 

@@ -37,6 +37,7 @@ CREATE TABLE runs (
 	validity JSON,
 	cpu_name VARCHAR(255),
 	fingerprint VARCHAR(64) NOT NULL,
+	code_hash VARCHAR(40),
 	parquet_uri TEXT,
 	airflow_dag_id VARCHAR(250),
 	airflow_run_id VARCHAR(250),
@@ -52,6 +53,22 @@ CREATE INDEX ix_runs_fingerprint_started ON runs (fingerprint, started_at);
 CREATE INDEX ix_runs_supersedes_id ON runs (supersedes_id);
 
 CREATE INDEX ix_runs_workload_hardware_started ON runs (workload, hardware_class, started_at);
+
+CREATE TABLE series (
+	key VARCHAR(32) NOT NULL,
+	workload VARCHAR(64) NOT NULL,
+	hardware VARCHAR(255) NOT NULL,
+	engine VARCHAR(64) NOT NULL,
+	identity JSON NOT NULL,
+	first_recorded_at TIMESTAMP WITHOUT TIME ZONE NOT NULL,
+	PRIMARY KEY (key)
+);
+
+CREATE TABLE store_state (
+	key VARCHAR(64) NOT NULL,
+	value TEXT NOT NULL,
+	PRIMARY KEY (key)
+);
 
 CREATE TABLE annotations (
 	id SERIAL NOT NULL,
@@ -70,6 +87,7 @@ CREATE TABLE change_points (
 	fingerprint VARCHAR(64) NOT NULL,
 	engine VARCHAR(64) NOT NULL,
 	metric VARCHAR(64) NOT NULL,
+	series VARCHAR(32),
 	last_run_before_id VARCHAR(36) NOT NULL,
 	first_run_after_id VARCHAR(36) NOT NULL,
 	mean_before FLOAT NOT NULL,
@@ -98,6 +116,7 @@ CREATE TABLE metrics (
 	p99 FLOAT,
 	mean FLOAT,
 	std FLOAT,
+	series VARCHAR(32),
 	supersedes_id INTEGER,
 	supersede_reason TEXT,
 	recorded_at TIMESTAMP WITHOUT TIME ZONE NOT NULL,
@@ -107,6 +126,8 @@ CREATE TABLE metrics (
 );
 
 CREATE INDEX ix_metrics_run_engine_metric ON metrics (run_id, engine, metric);
+
+CREATE INDEX ix_metrics_series ON metrics (series);
 
 CREATE INDEX ix_metrics_supersedes_id ON metrics (supersedes_id);
 
@@ -154,3 +175,7 @@ CREATE TRIGGER metrics_no_truncate BEFORE TRUNCATE ON metrics FOR EACH STATEMENT
 CREATE TRIGGER runs_append_only BEFORE UPDATE OR DELETE ON runs FOR EACH ROW EXECUTE FUNCTION roadgate_refuse_change();
 
 CREATE TRIGGER runs_no_truncate BEFORE TRUNCATE ON runs FOR EACH STATEMENT EXECUTE FUNCTION roadgate_refuse_change();
+
+CREATE TRIGGER series_append_only BEFORE UPDATE OR DELETE ON series FOR EACH ROW EXECUTE FUNCTION roadgate_refuse_change();
+
+CREATE TRIGGER series_no_truncate BEFORE TRUNCATE ON series FOR EACH STATEMENT EXECUTE FUNCTION roadgate_refuse_change();

@@ -37,6 +37,7 @@ CREATE TABLE runs (
 	validity JSON,
 	cpu_name VARCHAR(255),
 	fingerprint VARCHAR(64) NOT NULL,
+	code_hash VARCHAR(40),
 	parquet_uri TEXT,
 	airflow_dag_id VARCHAR(250),
 	airflow_run_id VARCHAR(250),
@@ -52,6 +53,22 @@ CREATE INDEX ix_runs_fingerprint_started ON runs (fingerprint, started_at);
 CREATE INDEX ix_runs_supersedes_id ON runs (supersedes_id);
 
 CREATE INDEX ix_runs_workload_hardware_started ON runs (workload, hardware_class, started_at);
+
+CREATE TABLE series (
+	"key" VARCHAR(32) NOT NULL,
+	workload VARCHAR(64) NOT NULL,
+	hardware VARCHAR(255) NOT NULL,
+	engine VARCHAR(64) NOT NULL,
+	identity JSON NOT NULL,
+	first_recorded_at DATETIME NOT NULL,
+	PRIMARY KEY ("key")
+);
+
+CREATE TABLE store_state (
+	"key" VARCHAR(64) NOT NULL,
+	value TEXT NOT NULL,
+	PRIMARY KEY ("key")
+);
 
 CREATE TABLE annotations (
 	id INTEGER NOT NULL,
@@ -70,6 +87,7 @@ CREATE TABLE change_points (
 	fingerprint VARCHAR(64) NOT NULL,
 	engine VARCHAR(64) NOT NULL,
 	metric VARCHAR(64) NOT NULL,
+	series VARCHAR(32),
 	last_run_before_id VARCHAR(36) NOT NULL,
 	first_run_after_id VARCHAR(36) NOT NULL,
 	mean_before FLOAT NOT NULL,
@@ -98,6 +116,7 @@ CREATE TABLE metrics (
 	p99 FLOAT,
 	mean FLOAT,
 	std FLOAT,
+	series VARCHAR(32),
 	supersedes_id INTEGER,
 	supersede_reason TEXT,
 	recorded_at DATETIME NOT NULL,
@@ -107,6 +126,8 @@ CREATE TABLE metrics (
 );
 
 CREATE INDEX ix_metrics_run_engine_metric ON metrics (run_id, engine, metric);
+
+CREATE INDEX ix_metrics_series ON metrics (series);
 
 CREATE INDEX ix_metrics_supersedes_id ON metrics (supersedes_id);
 
@@ -149,3 +170,21 @@ CREATE TRIGGER metrics_no_delete BEFORE DELETE ON metrics BEGIN SELECT RAISE(ABO
 CREATE TRIGGER runs_no_update BEFORE UPDATE ON runs BEGIN SELECT RAISE(ABORT, 'roadgate: UPDATE on runs refused: history is append-only'); END;
 
 CREATE TRIGGER runs_no_delete BEFORE DELETE ON runs BEGIN SELECT RAISE(ABORT, 'roadgate: DELETE on runs refused: history is append-only'); END;
+
+CREATE TRIGGER series_no_update BEFORE UPDATE ON series BEGIN SELECT RAISE(ABORT, 'roadgate: UPDATE on series refused: history is append-only'); END;
+
+CREATE TRIGGER series_no_delete BEFORE DELETE ON series BEGIN SELECT RAISE(ABORT, 'roadgate: DELETE on series refused: history is append-only'); END;
+
+CREATE TRIGGER annotations_no_overwrite_id BEFORE INSERT ON annotations WHEN EXISTS (SELECT 1 FROM annotations WHERE "id" = NEW."id") BEGIN SELECT RAISE(ABORT, 'roadgate: INSERT over an existing row of annotations refused: history is append-only'); END;
+
+CREATE TRIGGER change_points_no_overwrite_id BEFORE INSERT ON change_points WHEN EXISTS (SELECT 1 FROM change_points WHERE "id" = NEW."id") BEGIN SELECT RAISE(ABORT, 'roadgate: INSERT over an existing row of change_points refused: history is append-only'); END;
+
+CREATE TRIGGER change_points_no_overwrite_fingerprint_engine_metric_first_run_after_id BEFORE INSERT ON change_points WHEN EXISTS (SELECT 1 FROM change_points WHERE "fingerprint" = NEW."fingerprint" AND "engine" = NEW."engine" AND "metric" = NEW."metric" AND "first_run_after_id" = NEW."first_run_after_id") BEGIN SELECT RAISE(ABORT, 'roadgate: INSERT over an existing row of change_points refused: history is append-only'); END;
+
+CREATE TRIGGER gate_evaluations_no_overwrite_id BEFORE INSERT ON gate_evaluations WHEN EXISTS (SELECT 1 FROM gate_evaluations WHERE "id" = NEW."id") BEGIN SELECT RAISE(ABORT, 'roadgate: INSERT over an existing row of gate_evaluations refused: history is append-only'); END;
+
+CREATE TRIGGER metrics_no_overwrite_id BEFORE INSERT ON metrics WHEN EXISTS (SELECT 1 FROM metrics WHERE "id" = NEW."id") BEGIN SELECT RAISE(ABORT, 'roadgate: INSERT over an existing row of metrics refused: history is append-only'); END;
+
+CREATE TRIGGER runs_no_overwrite_id BEFORE INSERT ON runs WHEN EXISTS (SELECT 1 FROM runs WHERE "id" = NEW."id") BEGIN SELECT RAISE(ABORT, 'roadgate: INSERT over an existing row of runs refused: history is append-only'); END;
+
+CREATE TRIGGER series_no_overwrite_key BEFORE INSERT ON series WHEN EXISTS (SELECT 1 FROM series WHERE "key" = NEW."key") BEGIN SELECT RAISE(ABORT, 'roadgate: INSERT over an existing row of series refused: history is append-only'); END;

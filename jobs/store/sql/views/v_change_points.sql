@@ -4,6 +4,7 @@ SELECT
     a.workload,
     a.hardware_class,
     c.fingerprint,
+    COALESCE(c.series, 'run:' || c.fingerprint || ':' || c.engine) AS series,
     c.engine,
     c.metric,
     c.is_regression,

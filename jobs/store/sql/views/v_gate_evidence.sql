@@ -1,7 +1,9 @@
 -- For each active roadmap row, the newest current measurement it is judged on,
 -- with what validity needs (preflight, timing, count, agreement, the bench job's
--- own verdict on the run) and the peer
--- engine's value on the same fingerprint for ratio thresholds.
+-- own verdict on the run), the series it belongs to, and for ratio thresholds the
+-- peer engine's value measured beside it in the same run (never a peer measured in
+-- another run: only engines of one run saw the same host at the same time), with the
+-- peer's series so its figure can be checked against the peer's own history.
 -- (The chosen metric is joined from the tables, not the view: joining the view
 -- makes SQLite materialize all of it.)
 SELECT
@@ -10,6 +12,7 @@ SELECT
     r.id AS run_id,
     r.status AS run_status,
     r.fingerprint,
+    COALESCE(m.series, 'run:' || r.fingerprint || ':' || m.engine) AS series,
     r.started_at,
     r.finished_at,
     r.preflight_status,
@@ -20,8 +23,11 @@ SELECT
       WHERE a.run_id = r.id AND a.engine = m.engine AND a.metric = 'agreement'
       ORDER BY a.metric_id DESC LIMIT 1) AS agreement,
     (SELECT p.value FROM v_metric_history p
-      WHERE p.fingerprint = r.fingerprint AND p.engine = rr.peer_engine AND p.metric = rr.metric
-      ORDER BY p.started_at DESC, p.metric_id DESC LIMIT 1) AS peer_value
+      WHERE p.run_id = r.id AND p.engine = rr.peer_engine AND p.metric = rr.metric
+      ORDER BY p.metric_id DESC LIMIT 1) AS peer_value,
+    (SELECT p.series FROM v_metric_history p
+      WHERE p.run_id = r.id AND p.engine = rr.peer_engine AND p.metric = rr.metric
+      ORDER BY p.metric_id DESC LIMIT 1) AS peer_series
 FROM roadmap_rows rr
 LEFT JOIN metrics m ON m.id = (
     SELECT l.metric_id FROM v_metric_history l

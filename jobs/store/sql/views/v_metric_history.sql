@@ -1,5 +1,8 @@
 -- Every current metric with its run: rows superseded by a correction (of the
 -- metric or of its whole run) are hidden here and kept in the tables.
+-- series: what the figure is compared within (jobs/store/ingest.py series_identity).
+-- Rows recorded before series existed (migration 0004) derive theirs from the run's
+-- fingerprint and the engine, as change points were then found: history is not edited.
 SELECT
     m.id AS metric_id,
     m.run_id,
@@ -15,6 +18,8 @@ SELECT
     r.preflight_status,
     r.parquet_uri,
     m.engine,
+    COALESCE(m.series, 'run:' || r.fingerprint || ':' || m.engine) AS series,
+    r.code_hash,
     m.metric,
     m.unit,
     m.better,
