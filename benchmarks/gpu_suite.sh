@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU host: GPU tests, a memcheck run, and the benchmarks, in one go.
-# Logs go under $OUT (default ./out); a short table is printed last.
+# Logs go under $OUT (default ./out), and so does the results store the benches and
+# micro-benchmarks record into ($OUT/data, unless ROADGATE_DATA_DIR names another); a
+# short table is printed last. Runs name the code by its content hash (jobs/code_identity.py),
+# so a copied tree without .git is identified exactly.
 #
 #   benchmarks/gpu_suite.sh [MODEL_GGUF]      # default /tmp/model/smollm2.gguf
 #   SUITE_SKIP="tests memcheck" benchmarks/gpu_suite.sh   # run only the rest
@@ -8,7 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export ROADGATE_TEST_MODEL=${1:-/tmp/model/smollm2.gguf} ROADGATE_REPORT_DIR=$OUT PYTHONUNBUFFERED=1
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD ROADGATE_DATA_DIR=${ROADGATE_DATA_DIR:-$OUT/data}
 SKIP=${SUITE_SKIP:-}
 summary=()
 step() {  # step NAME COMMAND...: run, log to $OUT/NAME.log, remember the last line
@@ -30,15 +33,16 @@ step kernels python3 benchmarks/kernels.py
 step decode-step python3 benchmarks/decode_step.py --profile
 step decode-step-b1 python3 benchmarks/decode_step.py --batch 1 --context 256
 step host-profile python3 benchmarks/host_profile.py --workload fixed-256x128x128
-# HF runs beside ours where the targets are ratios to it; nano-bench's target is absolute
-# (and HF needs minutes for it).
+# HF runs beside ours where the targets are ratios to it, in both its configurations on
+# fixed-256 (eager, and its fast path: static cache + torch.compile; eager stays the
+# agreement reference); nano-bench's target is absolute (and HF needs minutes for it).
 bench() {  # bench WORKLOAD ENGINE_ARGS...
   local w=$1; shift
   step "bench-$w" python3 -m jobs.cli bench --workload "$w" --model "$ROADGATE_TEST_MODEL" \
       --engine ours --backend cuda "$@" --preflight --json "$OUT/bench-$w.json"
 }
 bench latency-b1 --engine hf --device cuda
-bench fixed-256x128x128 --engine hf --device cuda
+bench fixed-256x128x128 --engine hf-static --engine hf --device cuda
 bench nano-bench
 step ncu-decode ncu --section SpeedOfLight --section Occupancy --section LaunchStats -k regex:attn_decode_bf16 -c 1 \
     python3 benchmarks/kernels.py --only attention

@@ -18,9 +18,9 @@ BOARD = text("SELECT * FROM v_roadmap_board ORDER BY roadmap_row_id").columns(
     evaluated_at=DateTime, run_started_at=DateTime, run_finished_at=DateTime, evidence_current=Integer,
 )
 HISTORY = text(
-    "SELECT roadmap_row_id, run_id, started_at, value, target FROM v_roadmap_history "
+    "SELECT roadmap_row_id, series, run_id, started_at, value, target FROM v_roadmap_history "
     "ORDER BY roadmap_row_id, started_at, metric_id"
-).columns(roadmap_row_id=String, run_id=String, started_at=DateTime, value=Float, target=Float)
+).columns(roadmap_row_id=String, series=String, run_id=String, started_at=DateTime, value=Float, target=Float)
 CHANGE_POINTS = text("SELECT * FROM v_change_points ORDER BY after_started_at, change_point_id").columns(
     is_regression=Boolean, change_percent=Float, mean_before=Float, mean_after=Float,
     before_started_at=DateTime, after_started_at=DateTime,
@@ -54,7 +54,7 @@ def require_views(store: Store) -> None:
 @dataclass
 class DashboardData:
     board: list            # v_roadmap_board rows
-    history: dict          # roadmap_row_id -> its v_roadmap_history points, oldest first
+    history: dict          # roadmap_row_id -> its v_roadmap_history points in its evidence's series, oldest first
     change_points: list    # v_change_points rows
     latencies: list        # v_latency_distributions rows
     recent_runs: list      # v_run_validity rows, newest first
@@ -68,9 +68,12 @@ def load_dashboard_data(store: Store, recent_runs: int) -> DashboardData:
             # over 5 years of nightlies); SET LOCAL ends with this read-only transaction.
             conn.execute(text("SET LOCAL jit = off"))
         board = conn.execute(BOARD).all()
+        # A figure is compared only within its series: a row's plot shows the series its status rests on.
+        series = {row.roadmap_row_id: row.series for row in board}
         history: dict[str, list] = {row.roadmap_row_id: [] for row in board}
         for point in conn.execute(HISTORY):
-            history[point.roadmap_row_id].append(point)
+            if series[point.roadmap_row_id] in (None, point.series):
+                history[point.roadmap_row_id].append(point)
         return DashboardData(
             board=board,
             history=history,
@@ -92,9 +95,9 @@ def load_latest_figures(store: Store) -> list:
         return conn.execute(LATEST_FIGURES).all()
 
 
-def series_of(row) -> tuple[str, str, str, str]:
-    """The (workload, hardware class, engine, metric) a board row or a change point belongs to."""
-    return row.workload, row.hardware_class, row.engine, row.metric
+def series_of(row) -> tuple[str, str]:
+    """The (series, metric) a board row or a change point belongs to."""
+    return row.series, row.metric
 
 
 def age_days(row, now: datetime) -> float | None:

@@ -1,6 +1,7 @@
 -- The roadmap board: v_roadmap_status with what a reader needs beside the
 -- verdict: the metric's unit, the evidence run's timestamps (for its age) and
 -- the freshness the row allows. (unit is NULL for a row never measured.)
+-- series: the series of the evidence (what its history and change points are read within).
 -- evidence_current is 0 when the evaluated value is no longer what its run
 -- holds (the metric or the run was superseded since): re-evaluate the gates.
 SELECT
@@ -19,6 +20,7 @@ SELECT
     s.target,
     s.reason,
     s.run_id,
+    (SELECT h.series FROM v_metric_history h WHERE h.metric_id = s.metric_id) AS series,
     s.evaluated_at,
     rr.max_age_days,
     (SELECT u.unit FROM metrics u

@@ -15,6 +15,7 @@ SELECT
     e.target,
     COALESCE(e.reason, 'never evaluated') AS reason,
     e.run_id,
+    e.metric_id,
     e.evaluated_at
 FROM roadmap_rows rr
 LEFT JOIN gate_evaluations e ON e.id = (
