@@ -1,5 +1,6 @@
-"""Gate evaluation whenever results land: scheduled on the results asset, so every run
-recorded by the nightly benchmark or an ad hoc batch re-evaluates the roadmap gates."""
+"""Gate evaluation whenever results land: scheduled on the results asset, so every landing
+(the nightly benchmark's, an ad hoc batch's, an asset event posted by hand) evaluates the
+roadmap gates and renders the report once. The nightly itself ends at its landing."""
 from __future__ import annotations
 
 import logging

@@ -1,5 +1,6 @@
 """Nightly benchmark: wait for a quiet host, run every engine on every workload, land the
-results, evaluate the roadmap gates, publish the report. Logic lives in jobs/nightly.py.
+results. Logic lives in jobs/nightly.py. The landing updates the results asset, which
+schedules dags/gate_evaluation.py: the gates are evaluated and the report rendered there, once.
 
 Trigger with a conf to override the defaults of jobs/data/nightly.yaml, e.g.
     airflow dags trigger nightly_benchmark --conf '{"engines": ["ours", "hf"]}'
@@ -74,25 +75,15 @@ def nightly_benchmark():
         outlet_events[RESULTS].extra = {"kind": "bench", "run_ids": run_ids}
         return run_ids
 
-    @task
-    def evaluate_gates(run_ids: list[str]) -> list[dict]:
-        from jobs.nightly import evaluate_gates_now
-        return evaluate_gates_now()
-
-    @task
-    def report(evaluations: list[dict]) -> None:
-        from jobs.nightly import publish_report
-        publish_report()   # prints the table; not returned, so it is not logged twice
-
     configured = configure()
     config, staging = configured["config"], configured["staging"]
     quiet = preflight(config)
     staged = bench.partial(config=config, staging=staging).expand(cell=plan(config))
     quiet >> staged
-    report(evaluate_gates(ingest(staged, config, quiet)))
+    ingest(staged, config, quiet)
 
 dag = nightly_benchmark()
 
 if __name__ == "__main__":
-    # `python dags/nightly_benchmark.py`: one run, end to end, in this process (what `make demo` does).
+    # `python dags/nightly_benchmark.py`: one run in this process (`make demo` runs gate_evaluation after it).
     dag.test()

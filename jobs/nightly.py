@@ -1,8 +1,10 @@
 """The nightly benchmark as plain functions; dags/nightly_benchmark.py only wires them.
 
     resolve_config -> plan_bench_matrix -> wait_for_quiet_host (a sensor's poke)
-    -> run_bench_cell per (engine, workload) -> land_bench_results -> evaluate_gates_now
-    -> publish_report
+    -> run_bench_cell per (engine, workload) -> land_bench_results
+
+The landing updates the results asset; dags/gate_evaluation.py, scheduled on it, calls
+evaluate_gates_now -> publish_report.
 
 Each cell runs one engine on one workload and stages its result (per-request rows
 and summary metrics, one Parquet file) under the DAG run's staging directory.
@@ -152,8 +154,10 @@ def staging_dir(dag_id: str, run_id: str, root: Path | None = None) -> Path:
     return (root or data_dir() / "staging") / safe
 
 
-def run_bench_cell(cell: dict, config: NightlyConfig, staging: Path, lock_wait_s: float = 6 * 3600) -> dict:
-    """Run one engine on one workload while holding the GPU lock; stage the result.
+def run_bench_cell(cell: dict, config: NightlyConfig, staging: Path, lock_wait_s: float = 6 * 3600,
+                   host_inputs=None) -> dict:
+    """Run one engine on one workload while holding the GPU lock, the host watched meanwhile
+    (`host_inputs`: a scripted host); stage the result.
 
     A cell whose result is already staged (a retried task) is not run again."""
     from jobs import preflight
@@ -166,11 +170,12 @@ def run_bench_cell(cell: dict, config: NightlyConfig, staging: Path, lock_wait_s
     workload = get_workload(cell["workload"])
     with preflight.gpu_lock(config.gpu_index, timeout_s=lock_wait_s):
         started = _utcnow()
-        result = run_engine(workload, cell["engine"], config.model, config.backend, config.device)
+        result = run_engine(workload, cell["engine"], config.model, config.backend, config.device,
+                            gpu_index=config.gpu_index, host_inputs=host_inputs)
         finished = _utcnow()
     meta = {"engine": cell["engine"], "workload": workload.name, "config": result.run.config,
             "metrics": result.metrics, "wall_s": result.run.wall_s, "started_at": started.isoformat(),
-            "finished_at": finished.isoformat(), "host": host_facts()}
+            "finished_at": finished.isoformat(), "host": host_facts(), "host_during": result.host}
     table = pa.Table.from_pylist(result.rows)
     table = table.replace_schema_metadata({STAGED_META_KEY: json.dumps(meta)})
     with atomic_parquet_writer(path, table.schema) as writer:
@@ -205,8 +210,9 @@ def land_bench_results(staged: list[dict], config: NightlyConfig, preflight_outc
         if len(hardware) != 1:
             raise ValueError(f"workload {name!r}: engines ran on different hardware {sorted(hardware)}; "
                              "their figures are not comparable in one run")
-        results = [BenchResult(workload, EngineRun(m["engine"], m["config"], [], m["wall_s"]), rows, m["metrics"])
-                   for m, rows in cells]
+        # A cell staged by code that did not watch the host has no "host_during": not monitored.
+        results = [BenchResult(workload, EngineRun(m["engine"], m["config"], [], m["wall_s"]), rows, m["metrics"],
+                               host=m.get("host_during")) for m, rows in cells]
         reference = next((r for r in results if r.run.engine == config.reference), None)
         if reference is not None:
             add_agreement(results, reference)

@@ -27,10 +27,24 @@ def test_nightly_wiring_gpu_pool_queue_sensor_and_results_outlet(airflow_env):
     assert RESULTS in ingest.outlets
     assert {t.task_id for t in sensor.downstream_list} >= {"bench"}
     assert nightly.timetable.expression == "0 2 * * *"
-    gates = load_dag("gate_evaluation")
-    assert RESULTS in gates.timetable.asset_condition.objects
     generate = load_dag("batch_generation").task_dict["generate"]
     assert (generate.pool, generate.queue) == ("gpu", "gpu")
+
+
+def test_the_gates_are_evaluated_once_per_landing_by_gate_evaluation_alone(airflow_env):
+    from airflow.dag_processing.dagbag import BundleDagBag
+
+    from roadgate_common import RESULTS
+    nightly = load_dag("nightly_benchmark")
+    # The nightly ends at its landing: no gate evaluation or report of its own.
+    assert set(nightly.task_dict) == {"configure", "plan", "preflight", "bench", "ingest"}
+    assert nightly.task_dict["ingest"].downstream_list == []
+    bag = BundleDagBag(str(DAGS), bundle_path=str(DAGS), bundle_name="dags-folder")
+    consumers = [dag_id for dag_id, dag in bag.dags.items()
+                 if RESULTS in getattr(dag.timetable.asset_condition, "objects", ())]
+    assert consumers == ["gate_evaluation"]
+    gates = bag.dags["gate_evaluation"]
+    assert [t.task_id for t in gates.task_dict["evaluate"].downstream_list] == ["report"]
 
 
 def _parse_in_subprocess(runner: str) -> subprocess.CompletedProcess:

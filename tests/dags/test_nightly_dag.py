@@ -3,6 +3,7 @@ real SQLite results store; then the gate evaluation DAG sees the run that landed
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ def nightly_engines() -> list[str]:
     return ["ours", "hf"] + (["llamacpp"] if "llamacpp" in ENGINES else [])
 
 
-def test_nightly_dag_runs_end_to_end_on_cpu_and_gate_evaluation_sees_the_new_run(results_store):
+def test_nightly_dag_runs_end_to_end_on_cpu_and_gate_evaluation_sees_the_new_run(results_store, capfd):
     from airflow.models.asset import AssetEvent
     from airflow.sdk import DagRunState
     from airflow.utils.session import create_session
@@ -42,6 +43,7 @@ def test_nightly_dag_runs_end_to_end_on_cpu_and_gate_evaluation_sees_the_new_run
         assert (run.kind, run.workload, run.preflight_status) == ("bench", "cpu-small", "quiet")
         assert (run.airflow_dag_id, run.airflow_run_id) == ("nightly_benchmark", dr.run_id)
         assert set(run.config["engines"]) == set(engines)
+        assert re.fullmatch("[0-9a-f]{40}", run.code_hash)   # the code that ran, from its files
         names = {(m.engine, m.metric) for m in s.scalars(select(Metric).where(Metric.run_id == run.id))}
     for engine in engines:
         assert {(engine, "output_tok_s"), (engine, "ttft_p50_s"), (engine, "wall_s")} <= names
@@ -62,12 +64,22 @@ def test_nightly_dag_runs_end_to_end_on_cpu_and_gate_evaluation_sees_the_new_run
     with results_store.session() as s:
         assert s.scalar(select(func.count()).select_from(Run)) == 1
 
-    # The gate evaluation the asset schedules: a new evaluation batch, judged on the new run.
+    # The nightly ends at its landing: it evaluated no gate and rendered no dashboard.
+    dashboard = Path(os.environ["ROADGATE_DATA_DIR"]) / "report" / "index.html"
+    with results_store.session() as s:
+        assert s.scalar(select(func.count()).select_from(GateEvaluation)) == 0
+    assert not dashboard.exists()
+
+    # The gate evaluation the asset schedules (and `make demo` runs after the nightly): one
+    # evaluation batch, judged on the new run, its status printed, and the dashboard listing the run.
+    capfd.readouterr()
     gates_dr = load_dag("gate_evaluation").test()
     assert gates_dr.state == DagRunState.SUCCESS
     with results_store.session() as s:
-        batches = s.scalars(select(GateEvaluation.batch_id).distinct()).all()
-        assert len(batches) == 2   # the nightly's own evaluation, then gate_evaluation's
+        assert len(s.scalars(select(GateEvaluation.batch_id).distinct()).all()) == 1
         newest = s.scalars(select(GateEvaluation).where(GateEvaluation.roadmap_row_id == "ROAD-ENGINE-CPU-SMALL-AGREEMENT")
                            .order_by(GateEvaluation.id.desc())).first()
     assert newest.run_id == run.id and newest.status in ("PASS", "GATING")
+    printed = capfd.readouterr().out
+    assert "ROAD-ENGINE-CPU-SMALL-AGREEMENT" in printed and f"dashboard: {dashboard}" in printed
+    assert f'<tr data-run="{run.id}">' in dashboard.read_text()
