@@ -5,10 +5,10 @@ by the migrations) also stop raw SQL and other clients.
 """
 from __future__ import annotations
 
-from sqlalchemy import event
+from sqlalchemy import UniqueConstraint, event
 from sqlalchemy.orm import ORMExecuteState, Session
 
-from jobs.store.models import AppendOnly
+from jobs.store.models import AppendOnly, Base
 
 
 class AppendOnlyError(RuntimeError):
@@ -64,3 +64,36 @@ END $$ LANGUAGE plpgsql"""
             for op in ("UPDATE", "DELETE")
         ]
     raise ValueError(f"no append-only triggers for dialect {dialect!r}")
+
+
+def no_overwrite_ddl(keys: dict[str, list[tuple[str, ...]]]) -> list[str]:
+    """SQLite: triggers that refuse an INSERT whose key (each of `keys[table]`: the primary key,
+    then any unique key) names an existing row. A BEFORE INSERT trigger runs before conflict
+    resolution, so INSERT OR REPLACE, REPLACE INTO and ON CONFLICT ... DO UPDATE cannot rewrite
+    history (REPLACE deletes the old row without firing a DELETE trigger unless the connection
+    turned recursive_triggers on, which other clients need not do). OR IGNORE is refused too."""
+    statements = []
+    for table, table_keys in keys.items():
+        for key in table_keys:
+            same_key = " AND ".join(f'"{c}" = NEW."{c}"' for c in key)
+            statements.append(
+                f"CREATE TRIGGER {no_overwrite_trigger(table, key)} BEFORE INSERT ON {table} "
+                f"WHEN EXISTS (SELECT 1 FROM {table} WHERE {same_key}) BEGIN SELECT RAISE(ABORT, "
+                f"'roadgate: INSERT over an existing row of {table} refused: history is append-only'); END")
+    return statements
+
+
+def no_overwrite_trigger(table: str, key: tuple[str, ...]) -> str:
+    return f"{table}_no_overwrite_{'_'.join(key)}"
+
+
+def history_keys(tables: list[str]) -> dict[str, list[tuple[str, ...]]]:
+    """The primary key and unique keys of each table, as the models declare them."""
+    keys = {}
+    for name in tables:
+        table = Base.metadata.tables[name]
+        uniques = [c for c in table.constraints if isinstance(c, UniqueConstraint)] + [
+            i for i in table.indexes if i.unique]
+        keys[name] = [tuple(c.name for c in table.primary_key.columns)] + [
+            tuple(c.name for c in u.columns) for u in sorted(uniques, key=lambda u: u.name)]
+    return keys

@@ -4,6 +4,8 @@ Defaults put both under the data directory (ROADGATE_DATA_DIR, else ./data):
 a SQLite file and a local Parquet dataset. ROADGATE_DB_URL selects another
 database (PostgreSQL in production), ROADGATE_PARQUET_ROOT another dataset root
 (a local path or an object-store URI such as s3://bucket/prefix).
+ROADGATE_DB_MIGRATE_URL, where set, is the URL migrations run as: on PostgreSQL the
+owner of the tables, while ROADGATE_DB_URL names the writer role (jobs.store.roles).
 """
 from __future__ import annotations
 
@@ -25,6 +27,10 @@ def database_url() -> str:
     return os.environ.get("ROADGATE_DB_URL") or f"sqlite:///{data_dir() / 'roadgate.db'}"
 
 
+def migrate_database_url() -> str:
+    return os.environ.get("ROADGATE_DB_MIGRATE_URL") or database_url()
+
+
 def parquet_root() -> str:
     return os.environ.get("ROADGATE_PARQUET_ROOT") or str(data_dir() / "requests")
 
@@ -39,6 +45,9 @@ def normalize_url(url: str) -> str:
 
 def make_engine(url: str) -> Engine:
     url = normalize_url(url)
+    if url.startswith("postgresql+psycopg:") and "connect_timeout" not in url:
+        # libpq waits for an unreachable host as long as TCP does (minutes): fail in seconds.
+        return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 10})
     if not url.startswith("sqlite"):
         return create_engine(url, pool_pre_ping=True)
     path = url.split("///", 1)[-1]
@@ -48,11 +57,22 @@ def make_engine(url: str) -> Engine:
 
     @event.listens_for(engine, "connect")
     def _sqlite_pragmas(dbapi_connection, _record):
-        # WAL lets readers run beside one writer; foreign keys are off by default in SQLite.
+        # pysqlite would BEGIN only before DML and commit before DDL: a migration killed halfway
+        # left half a schema. With its own transaction handling off, _sqlite_begin starts them all.
+        dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
+        # WAL lets readers run beside one writer; foreign keys are off by default in SQLite;
+        # recursive triggers make REPLACE's implicit delete fire the DELETE triggers.
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA recursive_triggers=ON")
         cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _sqlite_begin(conn):
+        # IMMEDIATE takes the write lock up front: concurrent writers wait their turn (the
+        # 60 s busy timeout) instead of failing when a read transaction tries to start writing.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
 

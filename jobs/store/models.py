@@ -184,6 +184,15 @@ class Annotation(AppendOnly, Base):
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
+class StoreState(Base):
+    """Facts about the store itself, not history (jobs.store.migrate): the digest of the views
+    it holds (an upgrade with nothing to do does no DDL) and the role the tool writes as."""
+    __tablename__ = "store_state"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
 APPEND_ONLY_TABLES = tuple(sorted(
     mapper.local_table.name for mapper in Base.registry.mappers if issubclass(mapper.class_, AppendOnly)
 ))

@@ -1,7 +1,8 @@
 """The SQL views (sql/views/*.sql): portable SQL, identical on SQLite and PostgreSQL.
 
-Views hold no data, so every upgrade drops and recreates them from the files:
-changing a view is editing its file, not writing a migration.
+Views hold no data, so an upgrade drops and recreates them from the files whenever
+the files changed (jobs.store.migrate): changing a view is editing its file, not
+writing a migration.
 """
 from __future__ import annotations
 
