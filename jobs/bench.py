@@ -89,10 +89,10 @@ def record(results: list[BenchResult], started_at: datetime, finished_at: dateti
 
     `host` is host_facts() of the machine and code that ran the engines (default: this
     one); `job_metrics` are recorded under the engine name "job"; `run_fields` (id,
-    airflow_dag_id, airflow_run_id) go into the RunRecord as given."""
-    from jobs.store import MetricRecord, RunRecord, open_store, record_run, upgrade
-    store = store or open_store()
-    upgrade(store.engine)
+    airflow_dag_id, airflow_run_id) go into the RunRecord as given. `store` is a ready one
+    (open_ready_store); by default the environment's is opened and migrated here."""
+    from jobs.store import MetricRecord, RunRecord, open_ready_store, record_run
+    store = store or open_ready_store()
     host = host or host_facts()
     workload = results[0].workload
     digest = engines.model_digest(model)
@@ -289,6 +289,13 @@ def run_cli(args: argparse.Namespace) -> int:
     import torch  # noqa: F401
     job_start = time.perf_counter()
     workload, sha = check_inputs(args)
+    store = None
+    if not args.no_store:   # opened and migrated before any engine runs: a bad store must not cost a benchmark
+        from jobs.store import StoreUnavailable, open_ready_store
+        try:
+            store = open_ready_store()
+        except StoreUnavailable as e:
+            raise UsageError(str(e)) from None
     with contextlib.ExitStack() as held:
         outcome = None
         if args.preflight:
@@ -321,7 +328,7 @@ def run_cli(args: argparse.Namespace) -> int:
     if not args.no_store:
         # A run at a ref is recorded under that commit's sha: its code is what ran.
         host = {**host_facts(), "git_sha": sha, "git_dirty": False} if sha else None
-        run_id = record(results, started, _utcnow(), args.model, outcome, host=host, job_metrics=job_metrics)
+        run_id = record(results, started, _utcnow(), args.model, outcome, store, host=host, job_metrics=job_metrics)
         print(f"recorded run {run_id}" + (f" (code at {args.ref}: {sha})" if sha else ""))
     if job_metrics:
         wall = time.perf_counter() - job_start

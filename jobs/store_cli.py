@@ -8,8 +8,10 @@ from sqlalchemy import text
 from jobs.cli import UsageError
 from jobs.gates.evaluate import evaluate_gates
 from jobs.gates.roadmap import RoadmapError, load_roadmap, sync_roadmap
-from jobs.store.db import Store, open_store
-from jobs.store.migrate import upgrade
+from jobs.store.db import Store, migrate_database_url
+from jobs.store.migrate import init_writer_role
+from jobs.store.ready import StoreUnavailable, open_ready_store
+from jobs.store.roles import WRITER_ROLE
 from jobs.store.views import dashboard_names, dashboard_sql
 
 STATUS_COLUMNS = ["roadmap_row_id", "status", "value", "target", "reason", "evaluated_at"]
@@ -36,6 +38,14 @@ def print_gate_status(store: Store) -> None:
     _print_query(store, "SELECT * FROM v_roadmap_status ORDER BY roadmap_row_id", STATUS_COLUMNS)
 
 
+def _store(url: str | None) -> Store:
+    """The store at `url` (default: the environment's), reachable and migrated; else one line, exit 2."""
+    try:
+        return open_ready_store(url)
+    except StoreUnavailable as e:
+        raise UsageError(str(e)) from None
+
+
 def _sync(store: Store, path: str | None) -> int:
     try:
         rows = load_roadmap(path)
@@ -46,8 +56,19 @@ def _sync(store: Store, path: str | None) -> int:
 
 
 def cmd_db_upgrade(args) -> int:
-    upgrade(open_store(args.db_url).engine)
-    print("database at head; views recreated")
+    _store(args.db_url)
+    print("database at head; views current")
+
+
+def cmd_db_init_roles(args) -> int:
+    # The owner's URL: the one migrations run as.
+    store = _store(args.db_url or migrate_database_url())
+    try:
+        init_writer_role(store.engine, args.role)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    print(f"role {args.role} may read and append history; connect the tool as it (ROADGATE_DB_URL) "
+          "and migrate as the owner (ROADGATE_DB_MIGRATE_URL)")
 
 
 def cmd_db_query(args) -> int:
@@ -59,15 +80,15 @@ def cmd_db_query(args) -> int:
         if not sep:
             raise UsageError(f"--param wants KEY=VALUE, got {item!r}")
         params[key] = value
-    _print_query(open_store(args.db_url), dashboard_sql(args.name), params=params)
+    _print_query(_store(args.db_url), dashboard_sql(args.name), params=params)
 
 
 def cmd_gates_sync(args) -> int:
-    print(f"{_sync(open_store(args.db_url), args.roadmap)} roadmap rows synced")
+    print(f"{_sync(_store(args.db_url), args.roadmap)} roadmap rows synced")
 
 
 def cmd_gates_evaluate(args) -> int:
-    store = open_store(args.db_url)
+    store = _store(args.db_url)
     _sync(store, args.roadmap)
     evaluations = evaluate_gates(store)
     print(f"{len(evaluations)} rows evaluated")
@@ -75,13 +96,13 @@ def cmd_gates_evaluate(args) -> int:
 
 
 def cmd_gates_status(args) -> int:
-    print_gate_status(open_store(args.db_url))
+    print_gate_status(_store(args.db_url))
 
 
 def cmd_gates_regressions(args) -> int:
     # Imported here: Otava pulls in scipy, a second of start-up every other command (bench) would pay.
     from jobs.gates.regressions import detect_regressions
-    store = open_store(args.db_url)
+    store = _store(args.db_url)
     if not args.no_detect:
         print(f"{detect_regressions(store)} new change points")
     where = "" if args.all else "WHERE is_regression "
@@ -96,6 +117,10 @@ def register(subparsers) -> None:
 
     db = subparsers.add_parser("db", help="results database").add_subparsers(dest="db_command", required=True)
     db.add_parser("upgrade", parents=[common], help="migrate to the newest schema").set_defaults(func=cmd_db_upgrade)
+    roles = db.add_parser("init-roles", parents=[common],
+                          help="PostgreSQL, with the owner's URL: create and grant the role the tool writes as")
+    roles.add_argument("--role", default=WRITER_ROLE, help=f"its name (default {WRITER_ROLE})")
+    roles.set_defaults(func=cmd_db_init_roles)
     query = db.add_parser("query", parents=[common], help="run a named dashboard query from sql/dashboards")
     query.add_argument("name")
     query.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
