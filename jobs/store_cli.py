@@ -8,7 +8,7 @@ from sqlalchemy import text
 from jobs.cli import UsageError
 from jobs.gates.evaluate import evaluate_gates
 from jobs.gates.roadmap import RoadmapError, load_roadmap, sync_roadmap
-from jobs.store.db import Store, migrate_database_url
+from jobs.store.db import Store, data_dir, migrate_database_url
 from jobs.store.migrate import init_writer_role
 from jobs.store.ready import StoreUnavailable, open_ready_store
 from jobs.store.roles import WRITER_ROLE
@@ -71,6 +71,26 @@ def cmd_db_init_roles(args) -> int:
           "and migrate as the owner (ROADGATE_DB_MIGRATE_URL)")
 
 
+def cmd_db_check(args) -> int:
+    from jobs.store.check import find_strays, quarantine
+    store = _store(args.db_url)
+    try:
+        strays, recent = find_strays(store, data_dir(), 60 * args.older_than)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    for stray in strays:
+        print(f"{stray.kind:<10} {stray.path}")
+    if recent:
+        print(f"{recent} files newer than {args.older_than:g} minutes left alone: a job may be writing them")
+    if strays and args.quarantine:
+        print(f"{len(strays)} files moved to {quarantine(strays, data_dir())}")
+    elif strays:
+        print(f"{len(strays)} stray files; --quarantine moves them under {data_dir() / 'quarantine'}")
+    else:
+        print("no stray files")
+    return 1 if strays else 0
+
+
 def cmd_db_query(args) -> int:
     if args.name not in dashboard_names():
         raise UsageError(f"unknown query {args.name!r} (known: {', '.join(dashboard_names())})")
@@ -121,6 +141,12 @@ def register(subparsers) -> None:
                           help="PostgreSQL, with the owner's URL: create and grant the role the tool writes as")
     roles.add_argument("--role", default=WRITER_ROLE, help=f"its name (default {WRITER_ROLE})")
     roles.set_defaults(func=cmd_db_init_roles)
+    check = db.add_parser("check", parents=[common], help="list orphan Parquet and leftover temporary files "
+                                                          "(exit 1 when there are any)")
+    check.add_argument("--quarantine", action="store_true", help="move them to <data dir>/quarantine/ (never deleted)")
+    check.add_argument("--older-than", type=float, default=60, metavar="MINUTES",
+                       help="only files untouched this long: newer ones may be in flight (default 60)")
+    check.set_defaults(func=cmd_db_check)
     query = db.add_parser("query", parents=[common], help="run a named dashboard query from sql/dashboards")
     query.add_argument("name")
     query.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
