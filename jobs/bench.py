@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from jobs import engines
+from jobs import engines, host_monitor
 from jobs.engines import ENGINES, EngineRun
 from jobs.metrics import agreement, request_row, summarize
 from jobs.validity import run_verdict
@@ -45,19 +45,25 @@ class BenchResult:
     rows: list[dict]                  # one per request
     metrics: dict[str, dict]          # name -> {value, count, p50, ...}
     engine_s: float | None = None     # time inside the engine adapter: load, warm-up and the timed run
+    host: dict | None = None          # the host meanwhile (host_monitor summary); None: not watched
 
 
 def run_engine(workload: Workload, engine: str, model: str = DEFAULT_MODEL, backend: str = "auto",
-               device: str = "cpu", dtype: str = "auto") -> BenchResult:
+               device: str = "cpu", dtype: str = "auto", *, gpu_index: int = 0,
+               host_inputs: host_monitor.Inputs | None = None) -> BenchResult:
+    """One engine on `workload`, the host watched throughout (`host_inputs`: a scripted host)."""
     dtype = workload.dtype if dtype == "auto" else dtype
     entered = time.perf_counter()
-    run = engines.run_engine(engine, workload, model, backend, device, dtype)
+    # Watched from load to the last token, not just the timed part: the adapters do not
+    # say when that starts, and a host busy at any point of it is a host to distrust.
+    with host_monitor.watch(gpu_index, inputs=host_inputs) as host:
+        run = engines.run_engine(engine, workload, model, backend, device, dtype)
     engine_s = time.perf_counter() - entered
     rows = [request_row(c) for c in run.completions]
     metrics = summarize(rows, run.wall_s)
     for name, value in run.extra_metrics.items():
         metrics[name] = {"value": value, "count": 1}
-    return BenchResult(workload, run, rows, metrics, engine_s)
+    return BenchResult(workload, run, rows, metrics, engine_s, host.summary())
 
 
 def add_agreement(results: list[BenchResult], reference: BenchResult) -> None:
@@ -101,7 +107,9 @@ def record(results: list[BenchResult], started_at: datetime, finished_at: dateti
     run = RunRecord(kind="bench", workload=workload.name, started_at=started_at, finished_at=finished_at,
                     preflight_status=preflight_status,
                     preflight=preflight.as_dict() if preflight else {},
-                    validity=run_verdict(workload, {r.run.engine: r.metrics for r in results}, preflight_status),
+                    validity=run_verdict(workload, {r.run.engine: r.metrics for r in results}, preflight_status,
+                                         preflight_thresholds=preflight.thresholds if preflight else None,
+                                         host_by_engine={r.run.engine: r.host for r in results if r.host}),
                     config={"model": model, "model_sha256": digest, "workload_version": workload.version,
                             "measurement_method": MEASUREMENT_METHOD,
                             "engines": {r.run.engine: r.run.config for r in results}},

@@ -22,6 +22,7 @@ import uuid
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -29,6 +30,9 @@ import yaml
 
 from jobs.atomic import atomic_parquet_writer
 from jobs.workloads import DATA_DIR, WorkloadError, get_workload
+
+if TYPE_CHECKING:
+    from jobs import host_monitor
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +159,7 @@ def staging_dir(dag_id: str, run_id: str, root: Path | None = None) -> Path:
 
 
 def run_bench_cell(cell: dict, config: NightlyConfig, staging: Path, lock_wait_s: float = 6 * 3600,
-                   host_inputs=None) -> dict:
+                   host_inputs: host_monitor.Inputs | None = None) -> dict:
     """Run one engine on one workload while holding the GPU lock, the host watched meanwhile
     (`host_inputs`: a scripted host); stage the result.
 

@@ -5,7 +5,9 @@
 utilization at most `max_gpu_util` percent; a noisy sample restarts the window.
 It gives up after `timeout_s`. A process of someone else's on the GPU ends the
 check at once as contended. Without NVML or a GPU the GPU part is reported as
-"no GPU" and passes as not applicable.
+"no GPU" and passes as not applicable. The outcome records the thresholds it was
+judged with; a run whose preflight was looser than DEFAULTS is no evidence, and the
+host during the run itself is jobs/host_monitor.py's.
 
 `gpu_lock` holds an exclusive flock on <lock dir>/gpu-<index>.lock for as long
 as a benchmark runs, so two benchmarks never share one GPU.
@@ -36,7 +38,7 @@ from jobs.store.db import data_dir
 
 EXIT_CODES = {"quiet": 0, "contended": 3, "noisy": 4}
 # What `roadgate preflight` and `roadgate bench --preflight` wait for by default.
-DEFAULTS = {"window_s": 30.0, "load_threshold": 1.0, "timeout_s": 600.0, "sample_every_s": 5.0}
+DEFAULTS = {"window_s": 30.0, "load_threshold": 1.0, "timeout_s": 600.0, "sample_every_s": 5.0, "max_gpu_util": 10.0}
 EXIT_HELP = "exit codes: 0 quiet, 2 usage error, 3 contended (GPU lock held or foreign GPU process), 4 never quiet"
 
 
@@ -61,6 +63,9 @@ class PreflightOutcome:
     reason: str
     samples: list[tuple[float, float]] = field(default_factory=list)  # (seconds since start, load)
     gpu: dict = field(default_factory=dict)
+    # What it was judged with (window_s, load_threshold, max_gpu_util, sample_every_s): a run
+    # whose preflight was looser than DEFAULTS is no evidence (jobs/validity.py).
+    thresholds: dict = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -80,10 +85,12 @@ class Contended(Exception):
 
 
 def check(window_s: float, load_threshold: float, timeout_s: float, sample_every_s: float, gpu_index: int = 0,
-          *, max_gpu_util: float = 10, inputs: Inputs | None = None) -> PreflightOutcome:
+          *, max_gpu_util: float = DEFAULTS["max_gpu_util"], inputs: Inputs | None = None) -> PreflightOutcome:
     if window_s < 0 or timeout_s < 0 or sample_every_s <= 0 or gpu_index < 0:
         raise ValueError("window and timeout must be >= 0, the sampling interval > 0, the GPU index >= 0")
     inputs = inputs or machine()
+    thresholds = {"window_s": window_s, "load_threshold": load_threshold, "max_gpu_util": max_gpu_util,
+                  "sample_every_s": sample_every_s}
     start = inputs.clock()
     samples: list[tuple[float, float]] = []
     quiet_since = None
@@ -95,17 +102,18 @@ def check(window_s: float, load_threshold: float, timeout_s: float, sample_every
         gpu_report = _gpu_report(gpu_index, gpu)
         if gpu_report.get("foreign_pids"):
             return PreflightOutcome("contended", t, f"foreign processes on GPU {gpu_index}: "
-                                    f"{gpu_report['foreign_pids']}", samples, gpu_report)
+                                    f"{gpu_report['foreign_pids']}", samples, gpu_report, thresholds)
         gpu_busy = gpu is not None and gpu.utilization_pct > max_gpu_util
         if load < load_threshold and not gpu_busy:
             quiet_since = t if quiet_since is None else quiet_since
             if t - quiet_since >= window_s:
-                return PreflightOutcome("quiet", t, f"quiet for {t - quiet_since:g}s", samples, gpu_report)
+                return PreflightOutcome("quiet", t, f"quiet for {t - quiet_since:g}s", samples, gpu_report,
+                                        thresholds)
         else:
             quiet_since = None
         if t >= timeout_s:
             return PreflightOutcome("noisy", t, f"never quiet for {window_s:g}s within {timeout_s:g}s",
-                                    samples, gpu_report)
+                                    samples, gpu_report, thresholds)
         # The last sample lands on the timeout itself, never past it.
         inputs.sleep(min(sample_every_s, timeout_s - t))
 
@@ -159,11 +167,11 @@ def busy_cpus_sampler() -> Callable[[], float]:
 
     Too short an interval (or no /proc/stat) falls back to the 1-minute load average.
     """
-    previous = _cpu_jiffies()
+    previous = cpu_jiffies()
 
     def busy_cpus() -> float:
         nonlocal previous
-        current = _cpu_jiffies()
+        current = cpu_jiffies()
         if previous is None or current is None or current[1] - previous[1] < 10 * (os.cpu_count() or 1):
             return os.getloadavg()[0]
         busy, total = current[0] - previous[0], current[1] - previous[1]
@@ -173,7 +181,7 @@ def busy_cpus_sampler() -> Callable[[], float]:
     return busy_cpus
 
 
-def _cpu_jiffies() -> tuple[int, int] | None:
+def cpu_jiffies() -> tuple[int, int] | None:
     """(busy, total) jiffies over all CPUs since boot."""
     try:
         fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
@@ -184,25 +192,37 @@ def _cpu_jiffies() -> tuple[int, int] | None:
 
 
 def nvml_query(gpu_index: int) -> GpuState | None:
+    with nvml_session(gpu_index) as query:
+        return query() if query else None
+
+
+@contextlib.contextmanager
+def nvml_session(gpu_index: int) -> Iterator[Callable[[], GpuState] | None]:
+    """NVML held open (its start-up costs some 35 ms, too much to pay on every sample of a
+    run): a query of GPU `gpu_index`, or None without NVML or a GPU."""
     try:
         import pynvml  # nvidia-ml-py; optional, so CPU-only hosts run without it
     except ImportError:
-        return None
+        yield None
+        return
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
-        return None
+        yield None
+        return
     try:
         count = pynvml.nvmlDeviceGetCount()
-        if count == 0:
-            return None
-        if gpu_index >= count:
+        if count and gpu_index >= count:
             raise ValueError(f"GPU {gpu_index} does not exist ({count} GPUs)")
-        handle = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
-        processes = (pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-                     + pynvml.nvmlDeviceGetGraphicsRunningProcesses(handle))
-        utilization = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu
-        return GpuState(pids=sorted({p.pid for p in processes}), utilization_pct=float(utilization))
+        handle = pynvml.nvmlDeviceGetHandleByIndex(gpu_index) if count else None
+
+        def query() -> GpuState:
+            processes = (pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+                         + pynvml.nvmlDeviceGetGraphicsRunningProcesses(handle))
+            utilization = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu
+            return GpuState(pids=sorted({p.pid for p in processes}), utilization_pct=float(utilization))
+
+        yield query if count else None
     finally:
         pynvml.nvmlShutdown()
 
@@ -216,7 +236,7 @@ def register(sub) -> None:
     p.add_argument("--timeout-s", type=float, default=DEFAULTS["timeout_s"], help="give up (exit 4) after this long")
     p.add_argument("--sample-every-s", type=float, default=DEFAULTS["sample_every_s"])
     p.add_argument("--gpu", type=int, default=0, help="GPU index to check and lock")
-    p.add_argument("--max-gpu-util", type=float, default=10, help="quiet at or below this GPU utilization (%%)")
+    p.add_argument("--max-gpu-util", type=float, default=DEFAULTS["max_gpu_util"], help="quiet at or below this GPU utilization (%%)")
     p.set_defaults(func=run_cli)
 
 

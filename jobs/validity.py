@@ -13,10 +13,15 @@ measured as it is shipped (llama.cpp computes with quantized dot products, so it
 greedy picks part from HF's at near-ties); its agreement is recorded, not judged.
 An engine that reports prefix-cache hits on a workload that does not declare shared
 prefixes measured a warm cache, not the workload: invalid.
-The host must have been quiet, per the preflight; that is a property of the whole run.
+The host must have been quiet before the run, per a preflight no more lenient than its
+defaults, and while every engine was measured, per jobs/host_monitor.py: foreign CPUs
+on average at most the workload's max_foreign_cpus, no foreign process on the GPU.
+Those are the host's reasons (`host_reasons`), which roadmap rows that need no quiet
+host disregard.
 """
 from __future__ import annotations
 
+from jobs.preflight import DEFAULTS as PREFLIGHT_DEFAULTS
 from jobs.workloads import Workload
 
 
@@ -46,14 +51,50 @@ def engine_verdict(workload: Workload, metrics: dict[str, dict], held_to_agreeme
                          "prefix_cache_hit_tokens": hit_tokens}}
 
 
-def run_verdict(workload: Workload, metrics_by_engine: dict[str, dict[str, dict]], preflight_status: str) -> dict:
-    """The whole run: quiet host, and every engine's own verdict. Stored as runs.validity."""
+def lenient_preflight(thresholds: dict | None) -> str | None:
+    """Why a quiet preflight is still no evidence of a quiet host: it waited at thresholds
+    looser than preflight.DEFAULTS (a longer sampling interval is looser too: each sample
+    averages over it, so a shorter burst averages away), or recorded none."""
+    if not thresholds:
+        return "lenient preflight (its thresholds were not recorded)"
+    looser = [f"{name} {thresholds[name]:g} > default {PREFLIGHT_DEFAULTS[name]:g}"
+              for name in ("load_threshold", "max_gpu_util", "sample_every_s")
+              if thresholds[name] > PREFLIGHT_DEFAULTS[name]]
+    if thresholds["window_s"] < PREFLIGHT_DEFAULTS["window_s"]:
+        looser.append(f"window_s {thresholds['window_s']:g} < default {PREFLIGHT_DEFAULTS['window_s']:g}")
+    return f"lenient preflight ({', '.join(looser)})" if looser else None
+
+
+def measurement_noise(workload: Workload, host: dict | None) -> str | None:
+    """Why the host was not quiet while an engine was measured (`host`: its host_monitor summary), or None."""
+    if not host or host["foreign_cpus_mean"] is None:
+        return "host not monitored during measurement"
+    mean, pids = host["foreign_cpus_mean"], host["foreign_gpu_pids"]
+    if mean <= workload.max_foreign_cpus and not pids:
+        return None
+    return (f"noisy during measurement (foreign CPUs mean {mean:g}, max {host['foreign_cpus_max']:g}, "
+            f"allowed {workload.max_foreign_cpus:g}" + (f"; foreign GPU processes {pids}" if pids else "") + ")")
+
+
+def run_verdict(workload: Workload, metrics_by_engine: dict[str, dict[str, dict]], preflight_status: str, *,
+                preflight_thresholds: dict | None = None, host_by_engine: dict[str, dict] | None = None) -> dict:
+    """The whole run: a quiet host before it and during each engine's measurement
+    (`host_by_engine`: host_monitor summaries), and every engine's own verdict. Stored as
+    runs.validity, the summaries with it."""
     engines = {engine: engine_verdict(workload, metrics, held_to_agreement=engine == OUR_ENGINE)
                for engine, metrics in metrics_by_engine.items()}
+    host_by_engine = host_by_engine or {}
     quiet = preflight_status == "quiet"
-    reasons = [] if quiet else [f"host not known to be quiet (preflight {preflight_status})"]
-    reasons += [f"{engine}: {reason}" for engine, verdict in engines.items() for reason in verdict["reasons"]]
-    return {"valid": not reasons, "reasons": reasons, "quiet_host": quiet, "engines": engines,
+    host_reasons = [] if quiet else [f"host not known to be quiet (preflight {preflight_status})"]
+    if quiet and (lenient := lenient_preflight(preflight_thresholds)):
+        host_reasons.append(lenient)
+    for engine in metrics_by_engine:
+        if noise := measurement_noise(workload, host_by_engine.get(engine)):
+            host_reasons.append(f"{engine}: {noise}")
+    reasons = host_reasons + [f"{engine}: {reason}" for engine, verdict in engines.items()
+                              for reason in verdict["reasons"]]
+    return {"valid": not reasons, "reasons": reasons, "quiet_host": quiet, "host_reasons": host_reasons,
+            "host": host_by_engine, "engines": engines,
             "rules": {"workload": workload.name, "version": workload.version,
                       "min_duration_s": workload.min_duration_s, "min_requests": workload.min_requests,
-                      "min_agreement": workload.min_agreement}}
+                      "min_agreement": workload.min_agreement, "max_foreign_cpus": workload.max_foreign_cpus}}

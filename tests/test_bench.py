@@ -8,6 +8,7 @@ import pytest
 from jobs.bench import cpu_name
 from jobs.metrics import Completion, agreement, request_row, summarize
 from jobs.workloads import WorkloadError, get_workload, load_workloads
+from tests.host_support import steady_host
 
 
 def test_latency_metrics_from_constructed_timestamps():
@@ -85,6 +86,8 @@ def test_cpu_bench_of_ours_llamacpp_and_hf_lands_comparable_results(tmp_path, mo
         assert {(engine, "output_tok_s"), (engine, "ttft_p50_s"), (engine, "tpot_p50_s"), (engine, "itl_p50_s")} \
             <= set(metrics)
         assert run.validity["engines"][engine]["measured"]["requests"] == 8
+        # The host during each engine's run is recorded (this machine's, so only that it was watched).
+        assert run.validity["host"][engine]["samples"]
     assert ("llamacpp", "agreement") in metrics and ("ours", "syncs_per_step") in metrics
     # float32 on both sides, EOS chosen but not stopping in both: every greedy token the same.
     assert metrics[("ours", "agreement")] == 1.0
@@ -112,7 +115,7 @@ def test_dtype_reaches_our_engine_and_hf_and_lands_in_the_fingerprint(workload, 
     # Given on the command line, or named by the workload itself.
     from jobs.bench import run_engine
     for engine in ("ours", "hf"):
-        result = run_engine(get_workload(workload), engine, backend="torch", dtype=dtype)
+        result = run_engine(get_workload(workload), engine, backend="torch", dtype=dtype, host_inputs=steady_host())
         assert result.run.config["dtype"] == "bfloat16"
         assert all(r["output_tokens"] == 32 for r in result.rows)
 

@@ -80,6 +80,16 @@ def test_gpu_busy_until_the_timeout_is_noisy():
     assert run_check(host, timeout_s=20, max_gpu_util=10).exit_code == 4
 
 
+def test_every_outcome_records_the_thresholds_it_was_judged_with():
+    quiet = run_check(FakeHost(), max_gpu_util=50)
+    assert quiet.thresholds == {"window_s": 10, "load_threshold": 1.0, "max_gpu_util": 50, "sample_every_s": 2}
+    assert run_check(FakeHost(load=lambda t: 2.5), timeout_s=4).thresholds["load_threshold"] == 1.0   # noisy
+    contended = run_check(FakeHost(gpu=lambda t: GpuState(pids=[4242], utilization_pct=0)))
+    assert contended.thresholds["window_s"] == 10
+    # Without an explicit GPU ceiling, the default's is the one recorded.
+    assert check(**preflight.DEFAULTS, inputs=FakeHost().inputs()).thresholds["max_gpu_util"] == 10
+
+
 def test_outcome_as_dict_is_json_for_the_run_record():
     stored = json.loads(json.dumps(run_check(FakeHost(), window_s=0).as_dict()))
     assert stored["status"] == "quiet" and stored["exit_code"] == 0 and stored["samples"] == [[0, 0.1]]
@@ -151,6 +161,7 @@ def test_cli_quiet_prints_json_and_exits_0(roadgate, capsys):
     assert main(["preflight", "--window-s", "4", "--sample-every-s", "1"]) == 0
     outcome = json.loads(capsys.readouterr().out)
     assert (outcome["status"], outcome["waited_s"], len(outcome["samples"])) == ("quiet", 4, 5)
+    assert outcome["thresholds"] == {"window_s": 4, "load_threshold": 1.0, "max_gpu_util": 10, "sample_every_s": 1}
 
 
 def test_cli_never_quiet_exits_4(roadgate):

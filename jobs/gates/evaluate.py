@@ -47,8 +47,14 @@ def _invalid_because(row: RoadmapRow, ev) -> str | None:
     rules = row.validity or {}
     if ev.run_status != "ok":
         return f"run {ev.run_id} ended with status {ev.run_status!r}"
-    if rules.get("preflight_quiet", True) and ev.preflight_status != "quiet":
-        return f"preflight was {ev.preflight_status!r}, not quiet"
+    if rules.get("preflight_quiet", True):
+        if ev.preflight_status != "quiet":
+            return f"preflight was {ev.preflight_status!r}, not quiet"
+        # Quiet at the start is not enough: the bench job's verdict on the host also covers
+        # a preflight looser than its defaults and noise while each engine was measured.
+        host_reasons = (ev.validity or {}).get("host_reasons")
+        if host_reasons:
+            return "; ".join(host_reasons)
     # The bench job's verdict on the row's engine and its peer (too short, too few requests,
     # agreement below the workload's floor); the quiet host is the preflight rule above.
     judged = (ev.validity or {}).get("engines", {})
