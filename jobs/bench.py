@@ -124,8 +124,10 @@ def record(results: list[BenchResult], started_at: datetime, finished_at: dateti
     return record_run(store, run, metrics, pa.Table.from_pylist(rows) if rows else None)
 
 
-def run_at_commit(workload: Workload, sha: str, args: argparse.Namespace) -> list[BenchResult]:
-    """The engines as the code at commit `sha` runs them: its own `bench --json`, in a temporary worktree."""
+def run_at_commit(workload: Workload, sha: str, args: argparse.Namespace) -> tuple[list[BenchResult], str]:
+    """The engines as the code at commit `sha` runs them: its own `bench --json`, in a temporary
+    worktree; with the content hash of that worktree's code (jobs.code_identity)."""
+    from jobs.code_identity import code_hash
     from jobs.git_ref import worktree_at
     with worktree_at(sha) as tree, tempfile.TemporaryDirectory(prefix="roadgate-ref-out-") as out:
         summary = Path(out) / "bench.json"
@@ -144,9 +146,9 @@ def run_at_commit(workload: Workload, sha: str, args: argparse.Namespace) -> lis
             last = (child.stderr.strip().splitlines() or ["(no message)"])[-1]
             raise RefRunError(f"bench at {args.ref} ({sha[:12]}) exited {child.returncode}: {last}",
                               child.returncode)
-        engines = json.loads(summary.read_text())
+        engines, ref_code_hash = json.loads(summary.read_text()), code_hash(tree)
     return [BenchResult(workload, EngineRun(e["engine"], e["config"], [], e["metrics"]["wall_s"]["value"]),
-                        e.get("requests", []), e["metrics"]) for e in engines]
+                        e.get("requests", []), e["metrics"]) for e in engines], ref_code_hash
 
 
 class RefRunError(RuntimeError):
@@ -319,7 +321,7 @@ def run_cli(args: argparse.Namespace) -> int:
         started = _utcnow()
         if sha:
             try:
-                results = run_at_commit(workload, sha, args)
+                results, ref_code_hash = run_at_commit(workload, sha, args)
             except RefRunError as e:
                 if e.returncode == 2:
                     raise UsageError(str(e)) from None
@@ -335,7 +337,7 @@ def run_cli(args: argparse.Namespace) -> int:
     job_metrics = None if sha else job_overhead(results, time.perf_counter() - job_start)
     if not args.no_store:
         # A run at a ref is recorded under that commit's sha: its code is what ran.
-        host = {**host_facts(), "git_sha": sha, "git_dirty": False} if sha else None
+        host = {**host_facts(), "git_sha": sha, "git_dirty": False, "code_hash": ref_code_hash} if sha else None
         run_id = record(results, started, _utcnow(), args.model, outcome, store, host=host, job_metrics=job_metrics)
         print(f"recorded run {run_id}" + (f" (code at {args.ref}: {sha})" if sha else ""))
     if job_metrics:

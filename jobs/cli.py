@@ -39,4 +39,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m jobs.cli` (as `bench --ref` runs a commit's bench): this module is __main__ here,
+    # and the subcommands raise jobs.cli's UsageError, so main() must be that module's.
+    from jobs.cli import main as package_main
+    sys.exit(package_main())

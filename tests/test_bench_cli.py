@@ -101,6 +101,10 @@ def test_ref_runs_an_older_commit_and_records_its_sha(store, tmp_path, monkeypat
         (run,) = session.scalars(select(Run)).all()
     assert run.git_sha == old_sha and run.git_dirty is False
     assert run.config["engines"]["ours"]["commit_mark"] == "old"   # the older commit's code is what ran
+    # ... and the run names it by content too: the tree of the old commit's four code folders.
+    old_code = subprocess.run(["git", "-C", str(clone), "mktree"], check=True, capture_output=True, text=True,
+                              input=git(clone, "ls-tree", "HEAD~1", "engine", "jobs", "cuda_src", "dags") + "\n")
+    assert run.code_hash == old_code.stdout.strip()
     assert run.validity["engines"]["ours"]["measured"]["requests"] == 8
     assert git(clone, "worktree", "list").count("\n") == 0          # its temporary worktree is gone
     assert git(clone, "status", "--porcelain") == ""                  # and the checkout itself is untouched
