@@ -116,6 +116,7 @@ def _run_row(run: RunRecord, run_id: str, parquet_uri: str | None) -> Run:
         code_hash=run.code_hash, host=run.host, gpu_name=run.gpu_name, cpu_name=run.cpu_name,
         driver_version=run.driver_version, cuda_version=run.cuda_version,
         config=run.config, preflight_status=run.preflight_status, preflight=run.preflight, validity=run.validity,
+        valid=run.validity.get("valid") if run.validity else None,
         fingerprint=fingerprint(run.workload, run.hardware_class, run.gpu_name, run.config, run.cpu_name),
         parquet_uri=parquet_uri, airflow_dag_id=run.airflow_dag_id, airflow_run_id=run.airflow_run_id,
         supersedes_id=run.supersedes_id, supersede_reason=run.supersede_reason,

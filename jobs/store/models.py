@@ -48,6 +48,8 @@ class Run(AppendOnly, Base):
     preflight: Mapped[dict] = mapped_column(JSON, default=dict)
     # The bench job's verdict on its own measurement (jobs/validity.py); NULL where none was made.
     validity: Mapped[dict | None] = mapped_column(JSON)
+    # validity["valid"], for the views (portable SQL reads no JSON); NULL before 0006 or without a verdict.
+    valid: Mapped[bool | None] = mapped_column(Boolean)
     # The host CPU (model, cores, widest vector ISA): part of the fingerprint, since two
     # "cpu" hosts (and a GPU host's launch loop) differ by several times. NULL before 0003.
     cpu_name: Mapped[str | None] = mapped_column(String(255))

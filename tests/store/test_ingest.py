@@ -84,3 +84,14 @@ def test_views_read_the_current_history(store):
         history = conn.execute(text("SELECT run_id, value FROM v_metric_history ORDER BY started_at, value")).all()
     assert latest == {b, other}
     assert [tuple(r) for r in history] == [(a, 100.0), (other, 5.0), (b, 110.0)]
+
+
+def test_the_bench_verdict_reaches_the_runs_view(store):
+    """A run noisy during measurement after a quiet preflight is not shown as valid."""
+    noisy = record_run(store, nightly(0, validity={"valid": False, "reasons": ["ours: noisy during measurement"]}),
+                       metrics(output_tok_s=1.0))
+    clean = record_run(store, nightly(1, validity={"valid": True, "reasons": []}), metrics(output_tok_s=1.0))
+    unjudged = record_run(store, nightly(2), metrics(output_tok_s=1.0))   # no verdict: judged by its preflight
+    with store.engine.connect() as conn:
+        verdicts = dict(conn.execute(text("SELECT run_id, validity FROM v_run_validity")).all())
+    assert verdicts == {noisy: "invalid measurement", clean: "valid", unjudged: "valid"}

@@ -35,6 +35,7 @@ CREATE TABLE runs (
 	preflight_status VARCHAR(16) NOT NULL,
 	preflight JSON NOT NULL,
 	validity JSON,
+	valid BOOLEAN,
 	cpu_name VARCHAR(255),
 	fingerprint VARCHAR(64) NOT NULL,
 	code_hash VARCHAR(40),

@@ -21,6 +21,9 @@ SELECT
     CASE WHEN r.status <> 'ok' THEN 'failed'
          WHEN r.preflight_status = 'noisy' THEN 'noisy host'
          WHEN r.preflight_status = 'skipped' THEN 'unchecked host'
+         -- The bench's own verdict (runs.validity has its reasons): noisy during measurement,
+         -- a lenient preflight, too short, too few requests, prefix-cache hits, agreement.
+         WHEN NOT r.valid THEN 'invalid measurement'
          ELSE 'valid' END AS validity
 FROM runs r
 WHERE NOT EXISTS (SELECT 1 FROM runs s WHERE s.supersedes_id = r.id)
