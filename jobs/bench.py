@@ -266,6 +266,7 @@ def check_inputs(args: argparse.Namespace) -> tuple[Workload, str | None]:
     from jobs.cli import UsageError
     try:
         workload = get_workload(args.workload)
+        workload.requests()   # its chat file read now, not after the first engine ran
     except WorkloadError as e:
         raise UsageError(str(e)) from None
     if args.dtype not in ("auto", workload.dtype) and workload.dtype != "auto":

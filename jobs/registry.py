@@ -55,5 +55,10 @@ METRICS: dict[str, MetricSpec] = {
 # Micro-benchmarks roadmap rows may name besides the workloads (benchmarks/decode_step.py).
 MICROBENCHMARKS: frozenset[str] = frozenset({"decode-step-b256-c1024", "decode-step-b1-c256"})
 
-# The workloads are defined in jobs/data/workloads.yaml; this is their names.
-WORKLOADS: frozenset[str] = frozenset(load_workloads())
+
+def workload_names() -> frozenset[str]:
+    """The names of the workloads of jobs/data/workloads.yaml (or ROADGATE_WORKLOADS_FILE).
+
+    Read when asked, not at import: a malformed workloads file must break only the commands
+    that use workloads, with its one-line WorkloadError, not every command at start-up."""
+    return frozenset(load_workloads())

@@ -5,11 +5,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
 from jobs.cli import UsageError
 from jobs.report import StoreNotReady, check_docs, render_dashboard, write_docs
-from jobs.store.db import database_url, open_store
+from jobs.store.ready import StoreUnavailable, open_ready_store
 
 
 def _directory(value: str, flag: str) -> Path:
@@ -20,11 +21,16 @@ def _directory(value: str, flag: str) -> Path:
 
 
 def _open(db_url: str | None):
-    """The store, refusing to create an empty SQLite file as a side effect of reading it."""
-    url = db_url or database_url()
-    if url.startswith("sqlite:///") and url != "sqlite:///:memory:" and not Path(url[len("sqlite:///"):]).is_file():
-        raise UsageError(f"no results database at {url[len('sqlite:///'):]} (run `roadgate bench` or `roadgate db upgrade`)")
-    return open_store(url)
+    """The store, refusing to create one as a side effect of reading it, and refusing one that
+    holds no run: a dashboard or docs of nothing would only replace the published ones."""
+    try:
+        store = open_ready_store(db_url, existing=True)
+    except StoreUnavailable as e:
+        raise UsageError(str(e)) from None
+    with store.engine.connect() as conn:
+        if conn.execute(text("SELECT COUNT(*) FROM runs")).scalar() == 0:
+            raise UsageError("no results yet: the store holds no run (`roadgate bench` records the first)")
+    return store
 
 
 def _one_line(error: Exception) -> str:

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 from sqlalchemy import text
 
 from jobs.cli import UsageError
 from jobs.gates.evaluate import evaluate_gates
 from jobs.gates.roadmap import RoadmapError, load_roadmap, sync_roadmap
+from jobs.report.format import printable
 from jobs.store.db import Store, data_dir, migrate_database_url
 from jobs.store.migrate import init_writer_role
 from jobs.store.ready import StoreUnavailable, open_ready_store
@@ -20,7 +22,8 @@ CHANGE_COLUMNS = ["after_started_at", "workload", "hardware_class", "engine", "m
 
 
 def format_table(rows, columns: list[str]) -> str:
-    cells = [columns] + [["" if r[c] is None else f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c])
+    """Rows as aligned text; what came from the database is stripped of control characters."""
+    cells = [columns] + [["" if r[c] is None else f"{r[c]:.4g}" if isinstance(r[c], float) else printable(str(r[c]))
                           for c in columns] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells)
@@ -38,10 +41,11 @@ def print_gate_status(store: Store) -> None:
     _print_query(store, "SELECT * FROM v_roadmap_status ORDER BY roadmap_row_id", STATUS_COLUMNS)
 
 
-def _store(url: str | None) -> Store:
-    """The store at `url` (default: the environment's), reachable and migrated; else one line, exit 2."""
+def _store(url: str | None, existing: bool = False) -> Store:
+    """The store at `url` (default: the environment's), reachable and migrated; else one line, exit 2.
+    `existing`: the command only reads, so a store never written is "no results yet", not created."""
     try:
-        return open_ready_store(url)
+        return open_ready_store(url, existing=existing)
     except StoreUnavailable as e:
         raise UsageError(str(e)) from None
 
@@ -73,7 +77,7 @@ def cmd_db_init_roles(args) -> int:
 
 def cmd_db_check(args) -> int:
     from jobs.store.check import find_strays, quarantine
-    store = _store(args.db_url)
+    store = _store(args.db_url, existing=True)
     try:
         strays, recent = find_strays(store, data_dir(), 60 * args.older_than)
     except ValueError as e:
@@ -94,13 +98,21 @@ def cmd_db_check(args) -> int:
 def cmd_db_query(args) -> int:
     if args.name not in dashboard_names():
         raise UsageError(f"unknown query {args.name!r} (known: {', '.join(dashboard_names())})")
+    sql = dashboard_sql(args.name)
+    wanted = set(re.findall(r"(?<!:):([A-Za-z_]\w*)", sql))
     params = {}
     for item in args.param:
         key, sep, value = item.partition("=")
         if not sep:
             raise UsageError(f"--param wants KEY=VALUE, got {item!r}")
+        if key not in wanted:
+            raise UsageError(f"query {args.name!r} has no parameter {key!r} "
+                             f"(it takes: {', '.join(sorted(wanted)) or 'none'})")
         params[key] = value
-    _print_query(_store(args.db_url), dashboard_sql(args.name), params=params)
+    missing = sorted(wanted - set(params))
+    if missing:
+        raise UsageError(f"query {args.name!r} needs --param {'=..., --param '.join(missing)}=...")
+    _print_query(_store(args.db_url, existing=True), sql, params=params)
 
 
 def cmd_gates_sync(args) -> int:
@@ -116,13 +128,13 @@ def cmd_gates_evaluate(args) -> int:
 
 
 def cmd_gates_status(args) -> int:
-    print_gate_status(_store(args.db_url))
+    print_gate_status(_store(args.db_url, existing=True))
 
 
 def cmd_gates_regressions(args) -> int:
     # Imported here: Otava pulls in scipy, a second of start-up every other command (bench) would pay.
     from jobs.gates.regressions import detect_regressions
-    store = _store(args.db_url)
+    store = _store(args.db_url, existing=True)
     if not args.no_detect:
         print(f"{detect_regressions(store)} new change points")
     where = "" if args.all else "WHERE is_regression "

@@ -14,6 +14,7 @@ WORKLOADS_FILE = DATA_DIR / "workloads.yaml"
 SOURCES = ("random_tokens", "chat_file")
 HARDWARE = ("gpu", "cpu", "any")
 DTYPES = ("auto", "float32", "bfloat16")
+MAX_NAME = 64   # runs.workload's length in the results store
 # Random prompts avoid the low ids where tokenizers keep their special tokens.
 TOKEN_RANGE = (100, 10000)
 # Foreign CPUs allowed on average during a measurement. Measured (jobs/host_monitor.py):
@@ -74,8 +75,7 @@ class Workload:
             prompts = [[rng.randint(*TOKEN_RANGE) for _ in range(rng.randint(*self.input_len))]
                        for _ in range(self.count)]
         else:
-            lines = self.chat_path.read_text().splitlines()
-            prompts = [json.loads(line)["messages"] for line in lines[:self.count]]
+            prompts = _chat_prompts(self.chat_path, self.count, self.name)
         return [Request(p, rng.randint(*self.output_len)) for p in prompts]
 
     def request_seed(self, index: int) -> int:
@@ -88,6 +88,29 @@ class Workload:
                               top_k=self.top_k, ignore_eos=self.ignore_eos, seed=self.request_seed(index))
 
 
+def _chat_prompts(path: Path, count: int, workload: str) -> list[list[dict]]:
+    """The first `count` rows' messages of a chat file; a bad file is a WorkloadError naming the line."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise WorkloadError(f"workload {workload!r}: cannot read its chat file {path} ({e})") from None
+    if len(lines) < count:
+        raise WorkloadError(f"workload {workload!r}: {path} has {len(lines)} lines, the workload takes {count}")
+    prompts = []
+    for number, line in enumerate(lines[:count], 1):
+        try:
+            messages = json.loads(line)["messages"]
+        except (ValueError, TypeError, KeyError, RecursionError):
+            messages = None
+        if not (isinstance(messages, list) and messages and all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in messages)):
+            raise WorkloadError(f"workload {workload!r}: {path} line {number} is not a JSON object with a "
+                                "'messages' list of {role, content} strings")
+        prompts.append(messages)
+    return prompts
+
+
 def workloads_file() -> Path:
     """The shipped workloads, or the file ROADGATE_WORKLOADS_FILE names (for experiments and tests)."""
     return Path(os.environ.get("ROADGATE_WORKLOADS_FILE") or WORKLOADS_FILE)
@@ -96,9 +119,11 @@ def workloads_file() -> Path:
 def load_workloads(path: Path | None = None) -> dict[str, Workload]:
     path = path or workloads_file()
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise WorkloadError(f"{path}: cannot read the workloads file ({e})") from None
     except yaml.YAMLError as e:
-        raise WorkloadError(f"{path}: not valid YAML ({e})") from None
+        raise WorkloadError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("workloads"), dict):
         raise WorkloadError(f"{path}: expected a top-level 'workloads' mapping")
     return {name: _parse(name, spec, path.parent) for name, spec in doc["workloads"].items()}
@@ -133,6 +158,10 @@ def _parse(name: str, spec, base: Path) -> Workload:
 
     if not isinstance(spec, dict):
         fail("(spec)", "must be a mapping")
+    if not isinstance(name, str):
+        raise WorkloadError(f"workload name {name!r} must be a string")
+    if len(name) > MAX_NAME:   # the store's column: refused here, before any run, not after one
+        fail("(name)", f"is {len(name)} characters long; at most {MAX_NAME}")
     prompts = spec.get("prompts")
     source = need(prompts, "source", str, "prompts.source")
     if source not in SOURCES:

@@ -5,6 +5,7 @@ and the field, so a bad edit to the file is fixed from the message alone.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
 from importlib.resources import files
@@ -13,7 +14,8 @@ from pathlib import Path
 import yaml
 from sqlalchemy import select
 
-from jobs.registry import METRICS, MICROBENCHMARKS, WORKLOADS
+from jobs.registry import METRICS, MICROBENCHMARKS, workload_names
+from jobs.workloads import WorkloadError
 from jobs.store.db import Store
 from jobs.store.models import RoadmapRow, utcnow
 
@@ -46,7 +48,7 @@ class RoadmapRowSpec:
 
 
 def _number(value, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise RoadmapError(f"{where}: must be a positive number, got {value!r}")
     return float(value)
 
@@ -81,7 +83,7 @@ def _validity(value, where: str) -> dict:
     return dict(value)
 
 
-def parse_row(raw, index: int) -> RoadmapRowSpec:
+def parse_row(raw, index: int, workloads: frozenset[str]) -> RoadmapRowSpec:
     if not isinstance(raw, dict):
         raise RoadmapError(f"row #{index + 1}: must be a mapping, got {raw!r}")
     where = f"row {raw.get('id') or '#' + str(index + 1)}"
@@ -91,11 +93,11 @@ def parse_row(raw, index: int) -> RoadmapRowSpec:
     unknown = set(raw) - set(REQUIRED) - set(OPTIONAL)
     if unknown:
         raise RoadmapError(f"{where}: field {sorted(unknown)[0]!r}: unknown")
-    if not isinstance(raw["id"], str) or not ID_PATTERN.match(raw["id"]):
+    if not isinstance(raw["id"], str) or not ID_PATTERN.fullmatch(raw["id"]):
         raise RoadmapError(f"{where}: field 'id': must look like ROAD-AREA-NAME (capitals, digits, dashes)")
     if raw["metric"] not in METRICS:
         raise RoadmapError(f"{where}: field 'metric': unknown metric {raw['metric']!r}")
-    if raw["workload"] not in WORKLOADS | MICROBENCHMARKS:
+    if raw["workload"] not in workloads | MICROBENCHMARKS:
         raise RoadmapError(f"{where}: field 'workload': unknown workload {raw['workload']!r}")
     if raw["comparison"] not in COMPARISONS:
         raise RoadmapError(f"{where}: field 'comparison': must be one of >=, <=, ≥, ≤; got {raw['comparison']!r}")
@@ -122,10 +124,14 @@ def parse_roadmap(text: str, source: str = "roadmap") -> list[RoadmapRowSpec]:
         raise RoadmapError(f"{source}: not valid YAML: {e}") from None
     if not isinstance(document, dict) or not isinstance(document.get("rows"), list):
         raise RoadmapError(f"{source}: expected a mapping with a 'rows' list")
+    try:
+        workloads = workload_names()
+    except WorkloadError as e:
+        raise RoadmapError(f"{source}: cannot check its workloads: {e}") from None
     rows, seen = [], set()
     for index, raw in enumerate(document["rows"]):
         try:
-            row = parse_row(raw, index)
+            row = parse_row(raw, index, workloads)
         except RoadmapError as e:
             raise RoadmapError(f"{source}: {e}") from None
         if row.id in seen:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from jobs.atomic import atomic_write_texts
-from jobs.report.format import format_target, format_time, format_value, metric_label, unit_of
+from jobs.report.format import format_target, format_time, format_value, metric_label, printable, unit_of
 from jobs.report.queries import SUPERSEDED_NOTE, evidence_superseded, load_board, load_latest_figures
 from jobs.store.db import Store
 
@@ -101,13 +101,26 @@ DOCUMENTS = [
 ]
 
 
+# Text from the database goes into Markdown that GitHub renders as HTML: a run's reason or a
+# workload name must not become markup. Markdown's own specials are backslash-escaped, HTML's
+# become entities, and control characters (a terminal escape, say) are dropped.
+MARKDOWN_SPECIALS = re.compile(r"([\\`*_\[\]|#])")
+HTML_ENTITIES = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"))
+
+
 def _escape(cell: str) -> str:
-    cell = " ".join(str(cell).split()).replace("|", "\\|")
-    return cell if len(cell) <= MAX_CELL else cell[:MAX_CELL - 1] + "…"
+    cell = " ".join(printable(str(cell)).split())
+    cell = cell if len(cell) <= MAX_CELL else cell[:MAX_CELL - 1] + "…"
+    for char, entity in HTML_ENTITIES:
+        cell = cell.replace(char, entity)
+    return MARKDOWN_SPECIALS.sub(r"\\\1", cell)
 
 
 def _unescape(cell: str) -> str:
-    return cell.strip().replace("\\|", "|")
+    cell = re.sub(r"\\(.)", r"\1", cell.strip())
+    for char, entity in reversed(HTML_ENTITIES):
+        cell = cell.replace(entity, char)
+    return cell
 
 
 def render_markdown(doc: Document, tables: list[Table]) -> str:

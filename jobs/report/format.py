@@ -1,6 +1,7 @@
 """Figures as people read them: a unit-aware number format shared by the dashboard and the docs."""
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from jobs.registry import METRICS
@@ -13,6 +14,15 @@ METRIC_LABELS = {
     "peak_gpu_mem_bytes": "peak GPU memory", "syncs_per_step": "syncs/step", "steps": "steps",
     "preemptions": "preemptions", "wall_s": "wall time", "agreement": "agreement",
 }
+
+
+# C0 and C1 control characters but tab and newline: text from the database (a run's reason,
+# a host name) must not drive the reader's terminal or hide in a table.
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    return CONTROL_CHARACTERS.sub("", text)
 
 
 def metric_label(metric: str) -> str:

@@ -18,8 +18,9 @@ import pyarrow as pa
 from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 
-from jobs.registry import METRICS, WORKLOADS
+from jobs.registry import METRICS, workload_names
 from jobs.store.db import Store
+from jobs.workloads import WorkloadError
 from jobs.store.models import Metric, Run, Series, utcnow
 from jobs.store.parquet import write_requests
 
@@ -98,8 +99,19 @@ def series_key(identity: dict) -> str:
 def _validate(run: RunRecord, metrics: list[MetricRecord]) -> None:
     # Bench runs are compared by workload, so theirs must be a registered one; other kinds
     # (a batch generation) name what they ran in free text.
-    if run.kind == "bench" and run.workload not in WORKLOADS:
-        raise IngestError(f"unknown workload {run.workload!r} (known: {', '.join(sorted(WORKLOADS))})")
+    if run.id is not None and not _is_uuid(run.id):
+        raise IngestError(f"run id {run.id!r} is not a UUID (it names the run's Parquet directory)")
+    for column in Run.__table__.columns:   # PostgreSQL refuses a value longer than its column, after the work
+        value, length = getattr(run, column.name, None), getattr(column.type, "length", None)
+        if isinstance(value, str) and length and len(value) > length:
+            raise IngestError(f"run field {column.name!r} is {len(value)} characters long; the store keeps {length}")
+    if run.kind == "bench":
+        try:
+            known = workload_names()
+        except WorkloadError as e:
+            raise IngestError(str(e)) from None
+        if run.workload not in known:
+            raise IngestError(f"unknown workload {run.workload!r} (known: {', '.join(sorted(known))})")
     if run.preflight_status not in PREFLIGHT_STATUSES:
         raise IngestError(f"preflight_status must be one of {PREFLIGHT_STATUSES}, got {run.preflight_status!r}")
     if bool(run.supersedes_id) != bool(run.supersede_reason):
@@ -107,6 +119,13 @@ def _validate(run: RunRecord, metrics: list[MetricRecord]) -> None:
     for m in metrics:
         if m.metric not in METRICS:
             raise IngestError(f"unknown metric {m.metric!r} for engine {m.engine!r}")
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        return str(uuid.UUID(text)) == text.lower()
+    except ValueError:
+        return False
 
 
 def _run_row(run: RunRecord, run_id: str, parquet_uri: str | None) -> Run:

@@ -22,12 +22,16 @@ class StoreUnavailable(RuntimeError):
 
 
 def open_ready_store(url: str | None = None, parquet_root_uri: str | None = None,
-                     migrate_url: str | None = None) -> Store:
+                     migrate_url: str | None = None, *, existing: bool = False) -> Store:
     """The store at `url` (default ROADGATE_DB_URL, else the SQLite file in the data dir),
     migrated to head through `migrate_url` (default: ROADGATE_DB_MIGRATE_URL when `url` is
-    the default, else `url` itself). Raises StoreUnavailable."""
+    the default, else `url` itself). `existing`: for commands that only read, a SQLite store
+    that does not exist yet is refused ("no results yet") instead of created. Raises
+    StoreUnavailable."""
     if url is None:
         url, migrate_url = database_url(), migrate_url or migrate_database_url()
+    if existing:
+        _refuse_if_absent(url)
     migrate_url = migrate_url or url
     root = parquet_root_uri or parquet_root()
     if "://" not in root or root.startswith("file://"):
@@ -74,6 +78,20 @@ def _connected(url: str) -> Engine:
         engine.dispose()
         raise StoreUnavailable(f"cannot open the results store at {_shown(url)}: {_one_line(e.orig or e)}") from None
     return engine
+
+
+def _refuse_if_absent(url: str) -> None:
+    """Reading a SQLite store that was never written must not create an empty one."""
+    try:
+        parsed = make_url(normalize_url(url))
+    except ArgumentError:
+        return   # _connected names the malformed URL
+    database = Path(parsed.database or "")
+    # A data directory that is a file is its own problem, named by the checks that follow.
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:") \
+            and not database.exists() and not database.parent.is_file():
+        raise StoreUnavailable(f"no results yet: {database} does not exist "
+                               "(`roadgate bench` records the first run)")
 
 
 def _check_writable(path: Path, what: str) -> None:

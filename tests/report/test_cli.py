@@ -34,13 +34,11 @@ def test_report_and_docs(roadgate, store, tmp_path, capsys):
     (["report", "--out", "{file}"], "roadgate report: error: --out {file}: exists and is not a directory"),
     (["docs", "--out", "{file}", "--check"], "roadgate docs: error: --out {file}: exists and is not a directory"),
     (["report", "--out", "{tmp}/site", "--db-url", "sqlite:///{tmp}/none.db"],
-     "roadgate report: error: no results database at {tmp}/none.db (run `roadgate bench` or `roadgate db upgrade`)"),
+     "roadgate report: error: no results yet: {tmp}/none.db does not exist (`roadgate bench` records the first run)"),
     (["docs", "--out", "{tmp}/docs", "--db-url", "sqlite:///{tmp}/empty.db"],
-     "roadgate docs: error: the database has no view v_change_points, v_gate_evidence, v_latency_distributions, "
-     "v_latest_figures, v_latest_runs, v_metric_history, v_roadmap_board, v_roadmap_history, v_roadmap_status, "
-     "v_run_validity: run `roadgate db upgrade` first"),
+     "roadgate docs: error: no results yet: the store holds no run (`roadgate bench` records the first)"),
     (["report", "--out", "{tmp}/site", "--db-url", "postgresql://nobody@127.0.0.1:1/none"],
-     "roadgate report: error: cannot read the results database: connection failed: "),
+     "roadgate report: error: cannot open the results store at postgresql+psycopg://nobody@127.0.0.1:1/none: "),
 ])
 def test_bad_input_is_one_line_and_exit_2(roadgate, tmp_path, capsys, argv, message):
     (tmp_path / "file").write_text("")
