@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 from sqlalchemy import text
@@ -10,7 +11,10 @@ from sqlalchemy.exc import OperationalError
 
 from jobs.cli import UsageError
 from jobs.report import StoreNotReady, check_docs, render_dashboard, write_docs
+from jobs.store.evidence import export_evidence, import_evidence
 from jobs.store.ready import StoreUnavailable, open_ready_store
+
+EVIDENCE_DIR = "evidence"   # under the docs folder
 
 
 def _directory(value: str, flag: str) -> Path:
@@ -50,15 +54,39 @@ def cmd_report(args) -> int:
 
 def cmd_docs(args) -> int:
     out = _directory(args.out, "--out")
+    if args.evidence:
+        if not args.check:
+            raise UsageError("--evidence checks the docs against shipped evidence; it goes with --check")
+        return _check_against_evidence(out, _directory(args.evidence, "--evidence"))
     store = _open(args.db_url)
     try:
         if not args.check:
             for path in write_docs(store, out):
                 print(f"wrote {path}")
+            # The evidence the docs now cite, appended beside them so a fresh clone can check them.
+            added = export_evidence(store, out / EVIDENCE_DIR)
+            print(f"evidence: {sum(added.values())} new records in {out / EVIDENCE_DIR}")
             return 0
         differences = check_docs(store, out)
     except (StoreNotReady, OperationalError) as e:
         raise UsageError(_one_line(e)) from None
+    return _report_differences(differences, out)
+
+
+def _check_against_evidence(out: Path, evidence: Path) -> int:
+    """The docs against the evidence shipped with them, loaded into a throwaway store."""
+    if not (evidence / "runs.jsonl").is_file():
+        raise UsageError(f"--evidence {evidence}: no runs.jsonl there (`roadgate docs` exports it)")
+    with tempfile.TemporaryDirectory(prefix="roadgate-evidence-") as scratch:
+        store = open_ready_store(f"sqlite:///{scratch}/evidence.db", f"{scratch}/requests")
+        try:
+            import_evidence(evidence, store)
+            return _report_differences(check_docs(store, out), out)
+        finally:
+            store.engine.dispose()
+
+
+def _report_differences(differences: list, out: Path) -> int:
     for difference in differences:
         print(difference, file=sys.stderr)
     if differences:
@@ -66,6 +94,7 @@ def cmd_docs(args) -> int:
               file=sys.stderr)
         return 1
     print(f"{out}: STATUS.md and BENCHMARKS.md agree with the data")
+    return 0
 
 
 def _positive(value: str) -> int:
@@ -91,4 +120,6 @@ def register(subparsers) -> None:
     docs.add_argument("--out", default="docs", help="docs directory (default: docs)")
     docs.add_argument("--check", action="store_true",
                       help="write nothing; exit 1 naming each difference between the docs and the data")
+    docs.add_argument("--evidence", help="with --check: check against this evidence folder (e.g. docs/evidence, "
+                                         "which `roadgate docs` writes) instead of the results store")
     docs.set_defaults(func=cmd_docs)

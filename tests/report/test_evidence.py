@@ -1,0 +1,59 @@
+"""The evidence behind the docs: exported append-only beside them, and enough on its own to check them."""
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from sqlalchemy import text
+
+from jobs.cli import main
+from jobs.gates.evaluate import evaluate_gates
+from jobs.report import check_docs, write_docs
+from jobs.store import MetricRecord, open_store, record_run, upgrade
+from jobs.store.evidence import export_evidence, import_evidence
+from tests.report.history import NIGHTS, NOW, build_history
+from tests.store_support import nightly
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def fresh_store(tmp_path: Path, name: str):
+    store = open_store(f"sqlite:///{tmp_path / name}.db", str(tmp_path / f"{name}-requests"))
+    upgrade(store.engine)
+    return store
+
+
+def test_exported_evidence_alone_checks_the_docs_and_is_only_ever_appended(store, tmp_path):
+    build_history(store)
+    chat = record_run(store, nightly(NIGHTS - 1, workload="chat-16x64", hardware_class="cpu-x"),
+                      [MetricRecord("ours", "output_tok_s", 60.0, count=16)], pa.table({"request_index": [0, 1]}))
+    evaluate_gates(store, NOW)
+    docs, evidence = tmp_path / "docs", tmp_path / "docs" / "evidence"
+    write_docs(store, docs)
+    added = export_evidence(store, evidence)
+    assert added["runs"] >= 3 and added["gate_evaluations"] == 4 and added["metrics"] > 0
+
+    elsewhere = fresh_store(tmp_path, "clone")   # what a fresh clone has: the docs and their evidence
+    import_evidence(evidence, elsewhere)
+    assert check_docs(elsewhere, docs) == []
+    with elsewhere.engine.connect() as conn:
+        uri = conn.execute(text("SELECT parquet_uri FROM runs WHERE id = :id"), {"id": chat}).scalar()
+    assert pq.read_table(uri).column("request_index").to_pylist() == [0, 1]
+
+    before = {p.name: p.read_text() for p in evidence.glob("*.jsonl")}
+    assert sum(export_evidence(store, evidence).values()) == 0          # nothing new: nothing written
+    record_run(store, nightly(NIGHTS, workload="chat-16x64", hardware_class="cpu-x"),
+               [MetricRecord("ours", "output_tok_s", 65.0, count=16)])
+    evaluate_gates(store, NOW)
+    write_docs(store, docs)
+    assert export_evidence(store, evidence)["runs"] == 1
+    for name, old in before.items():                                     # appended, never rewritten
+        assert (evidence / name).read_text().startswith(old)
+    again = fresh_store(tmp_path, "clone-2")
+    import_evidence(evidence, again)
+    assert check_docs(again, docs) == []
+
+
+def test_the_published_docs_agree_with_the_evidence_shipped_with_them(capsys):
+    """What CI checks on every clone: docs/STATUS.md and docs/BENCHMARKS.md against docs/evidence."""
+    assert main(["docs", "--check", "--out", str(REPO / "docs"), "--evidence", str(REPO / "docs" / "evidence")]) == 0
+    assert "agree with the data" in capsys.readouterr().out
