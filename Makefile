@@ -12,10 +12,12 @@ DATA ?= data
 setup: $(VENV)/.installed
 
 # Debian packages: Chromium for the dashboard test, cmake and a C++ compiler for
-# llama.cpp (built from source by pip). Installed when missing if we are root.
+# llama.cpp (built from source by pip), PostgreSQL's server binaries for the store tests'
+# private cluster (tests/pg_cluster.py; no server needs to run). Installed when missing if we are root.
 SYSTEM_COMMANDS := chromium cmake g++
 system-packages:
 	@missing=""; for c in $(SYSTEM_COMMANDS); do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || missing="$$missing postgresql"; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ]; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

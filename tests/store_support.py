@@ -1,7 +1,7 @@
 """Fixtures shared by tests/store and tests/gates: a real, empty, migrated database per test.
 
-PostgreSQL: one throwaway database per test session on 127.0.0.1:5432 (trust
-auth), a fresh schema per test, all dropped at the end. SQLite: a file per test.
+PostgreSQL: one throwaway database per test session on the tests' own server
+(tests/pg_cluster.py), a fresh schema per test, all dropped at the end. SQLite: a file per test.
 """
 from __future__ import annotations
 
@@ -12,18 +12,19 @@ import psycopg
 import pytest
 
 from jobs.store import MetricRecord, RunRecord, open_store, upgrade
+from tests.pg_cluster import server_url
 
-PG_SERVER = "postgresql://postgres@127.0.0.1:5432"
 EPOCH = datetime(2025, 1, 1, 2, 0)
 
 
 @pytest.fixture(scope="session")
 def pg_database():
+    server = server_url()
     name = f"roadgate_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
-    yield f"{PG_SERVER}/{name}"
-    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
+    yield f"{server}/{name}"
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
         conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 

@@ -11,15 +11,16 @@ import pytest
 import jobs.bench
 from jobs.cli import main
 from jobs.store import StoreUnavailable, open_ready_store
-from tests.store_support import PG_SERVER
+from tests.pg_cluster import server_url
 
-# (ROADGATE_DB_URL, or a data dir under tmp_path given as "data:<relative path>"), the message's gist
+# (ROADGATE_DB_URL, a database on the tests' server as "pg:<name>", or a data dir under tmp_path
+# given as "data:<relative path>"), the message's gist
 BAD_STORES = [
     pytest.param("not a url", "malformed database URL", id="malformed"),
     pytest.param("nosuchdb://u@h/db", "unknown database driver 'nosuchdb'", id="unknown-driver"),
     pytest.param("mysql://u:secret@h/db", "the driver of 'mysql' is not installed", id="driver-not-installed"),
     pytest.param("postgresql://postgres@127.0.0.1:1/roadgate", "port 1 failed: Connection refused", id="unreachable"),
-    pytest.param(f"{PG_SERVER}/roadgate_missing_{uuid.uuid4().hex[:8]}", "does not exist", id="missing-database"),
+    pytest.param(f"pg:roadgate_missing_{uuid.uuid4().hex[:8]}", "does not exist", id="missing-database"),
     pytest.param("data:a-file", "is a file, not a directory", id="data-dir-is-a-file"),
 ]
 
@@ -31,9 +32,9 @@ def use_store(spec: str, tmp_path: Path, monkeypatch) -> None:
         (tmp_path / "a-file").write_text("not a directory")
         monkeypatch.setenv("ROADGATE_DATA_DIR", str(tmp_path / spec.removeprefix("data:")))
         monkeypatch.delenv("ROADGATE_DB_URL", raising=False)
-    else:
+    else:   # "pg:<name>": a database the tests' PostgreSQL server does not have
         monkeypatch.setenv("ROADGATE_DATA_DIR", str(tmp_path / "data"))
-        monkeypatch.setenv("ROADGATE_DB_URL", spec)
+        monkeypatch.setenv("ROADGATE_DB_URL", f"{server_url()}/{spec[3:]}" if spec.startswith("pg:") else spec)
 
 
 @pytest.mark.parametrize("spec, gist", BAD_STORES)
