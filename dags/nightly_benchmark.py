@@ -14,6 +14,7 @@ from airflow.sdk import Param, PokeReturnValue, dag, task
 
 from roadgate_common import GPU_QUEUE, RESULTS, gpu_task
 
+PREFLIGHT_TIMEOUT_S = 6 * 3600
 NULLABLE_NAMES = {"type": ["null", "array"], "items": {"type": "string", "minLength": 1}, "minItems": 1}
 
 
@@ -54,10 +55,13 @@ def nightly_benchmark():
 
     # Reschedule mode: between pokes the sensor gives its worker slot back. A poke samples
     # one quiet window (30 s by default), so it holds a slot only that long.
-    @task.sensor(mode="reschedule", poke_interval=120, timeout=6 * 3600, queue=GPU_QUEUE)
-    def preflight(config: dict) -> PokeReturnValue:
+    @task.sensor(mode="reschedule", poke_interval=120, timeout=PREFLIGHT_TIMEOUT_S, queue=GPU_QUEUE)
+    def preflight(config: dict, dag_run=None) -> PokeReturnValue:
+        import pendulum
+
         from jobs.nightly import NightlyConfig, wait_for_quiet_host
-        outcome = wait_for_quiet_host(NightlyConfig.from_dict(config))
+        waited = (pendulum.now("UTC") - dag_run.start_date).total_seconds() if dag_run.start_date else 0.0
+        outcome = wait_for_quiet_host(NightlyConfig.from_dict(config), waited_s=waited, limit_s=PREFLIGHT_TIMEOUT_S)
         return PokeReturnValue(is_done=outcome is not None, xcom_value=outcome)
 
     @gpu_task(retries=2)

@@ -134,9 +134,12 @@ def plan_bench_matrix(config: NightlyConfig) -> list[dict]:
     return [{"engine": e, "workload": w} for w in config.workloads for e in config.engines]
 
 
-def wait_for_quiet_host(config: NightlyConfig, inputs=None) -> dict | None:
+def wait_for_quiet_host(config: NightlyConfig, inputs=None, waited_s: float = 0.0,
+                        limit_s: float | None = None) -> dict | None:
     """One poke of the preflight sensor: sample one quiet window (holding the GPU lock so a
-    running benchmark reads as busy). The outcome as a dict when quiet, else None."""
+    running benchmark reads as busy). The outcome as a dict when quiet, else None. Each poke
+    logs one status line: what it measured against what it needs, how long the run has
+    waited (`waited_s`) of how long it will (`limit_s`), and how to override."""
     from jobs import preflight
     p = config.preflight
     try:
@@ -145,10 +148,37 @@ def wait_for_quiet_host(config: NightlyConfig, inputs=None) -> dict | None:
                                       timeout_s=p["window_s"], sample_every_s=p["sample_every_s"],
                                       gpu_index=config.gpu_index, max_gpu_util=p["max_gpu_util"], inputs=inputs)
     except preflight.Contended as e:
-        log.info("preflight: %s; poking again later", e)
+        log.info("preflight: %s; %s", e, _waiting(waited_s, limit_s))
         return None
-    log.info("preflight: %s (%s)", outcome.status, outcome.reason)
-    return outcome.as_dict() if outcome.status == "quiet" else None
+    if outcome.status == "quiet":
+        log.info("preflight: quiet (%s)", outcome.reason)
+        return outcome.as_dict()
+    log.info("preflight: %s", busy_status(outcome, p, waited_s, limit_s))
+    return None
+
+
+def busy_status(outcome, thresholds: dict, waited_s: float, limit_s: float | None) -> str:
+    """Why a poke found the host busy, in one line a person waiting on it can act on."""
+    loads = [load for _, load in outcome.samples] or [0.0]
+    gpu = outcome.gpu.get("utilization_pct")
+    measured = (f"{outcome.status}: load {max(loads):.2f} busy CPUs at most over the window (quiet below "
+                f"{thresholds['load_threshold']:g})")
+    if gpu is not None:
+        measured += f", GPU {gpu:g}% (quiet at or below {thresholds['max_gpu_util']:g}%)"
+    override = json.dumps({"preflight": {"load_threshold": round(max(loads) + 1)}})
+    return (f"{measured}; {_waiting(waited_s, limit_s)}; to measure anyway (the run is stored, never "
+            f"evidence): trigger with --conf '{override}'")
+
+
+def _waiting(waited_s: float, limit_s: float | None) -> str:
+    limit = f" of {_duration(limit_s)}" if limit_s else ""
+    return f"waited {_duration(waited_s)}{limit}"
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 def staging_dir(dag_id: str, run_id: str, root: Path | None = None) -> Path:

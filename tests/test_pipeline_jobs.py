@@ -67,6 +67,19 @@ def test_preflight_poke_is_done_only_on_a_quiet_window(tmp_path, monkeypatch):
         assert nightly.wait_for_quiet_host(config, scripted_host([0.1] * 3)) is None
 
 
+def test_a_busy_poke_says_what_it_measured_how_long_it_waited_and_how_to_override(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("ROADGATE_DATA_DIR", str(tmp_path))
+    config = nightly.resolve_config({"preflight": {"window_s": 10, "sample_every_s": 5, "load_threshold": 1.0}},
+                                    gpu_present=lambda: False)
+    with caplog.at_level("INFO", logger="jobs.nightly"):
+        assert nightly.wait_for_quiet_host(config, scripted_host([0.1, 1.9, 0.2, 0.1]), waited_s=250,
+                                           limit_s=6 * 3600) is None
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("preflight:")]
+    assert "load 1.90 busy CPUs at most over the window (quiet below 1)" in line
+    assert "GPU 0% (quiet at or below 10%)" in line and "waited 4m10s of 6h00m" in line
+    assert """--conf '{"preflight": {"load_threshold": 3}}'""" in line and "never evidence" in line
+
+
 # ---------------------------------------------------------------- batch split and commit
 
 def write_prompts(path, ids):
