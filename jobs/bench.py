@@ -27,7 +27,7 @@ from jobs import engines, host_monitor
 from jobs.engines import ENGINES, EngineRun
 from jobs.metrics import agreement, request_row, summarize
 from jobs.validity import run_verdict
-from jobs.workloads import DTYPES, Workload, WorkloadError, get_workload
+from jobs.workloads import DTYPES, Workload, WorkloadError, get_workload, load_workloads, workloads_file
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 # How engines are measured, part of every series: figures of different methods are not
@@ -240,7 +240,7 @@ def _utcnow() -> datetime:
 
 def register(sub) -> None:
     p = sub.add_parser("bench", help="run engines on a workload and report figures")
-    p.add_argument("--workload", required=True)
+    p.add_argument("--workload", required=True, help=f"a workload of {workloads_file()}: {_workload_choices()}")
     p.add_argument("--engine", action="append", choices=sorted(ENGINES), required=True,
                    help="repeat to run several engines in one run (the last is the agreement reference)")
     p.add_argument("--model", default=DEFAULT_MODEL)
@@ -259,6 +259,14 @@ def register(sub) -> None:
                         "without it the run is stored with preflight 'skipped', which gates treat as not quiet")
     p.add_argument("--gpu", type=int, default=0, help="GPU index for the preflight and its lock")
     p.set_defaults(func=run_cli)
+
+
+def _workload_choices() -> str:
+    # Only the help text: a malformed workloads file is refused, in one line, by the run itself.
+    try:
+        return ", ".join(sorted(load_workloads()))
+    except WorkloadError:
+        return "(the file cannot be read: `roadgate bench` says why)"
 
 
 def check_inputs(args: argparse.Namespace) -> tuple[Workload, str | None]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 COMMANDS = ["jobs.generate", "jobs.bench", "jobs.store_cli", "jobs.preflight", "jobs.report_cli"]
@@ -36,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"roadgate {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:   # `roadgate gates status | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

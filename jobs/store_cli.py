@@ -9,7 +9,7 @@ from sqlalchemy import text
 from jobs.cli import UsageError
 from jobs.gates.evaluate import evaluate_gates
 from jobs.gates.roadmap import RoadmapError, load_roadmap, sync_roadmap
-from jobs.report.format import printable
+from jobs.report.format import format_value, printable, unit_of
 from jobs.store.db import Store, data_dir, migrate_database_url
 from jobs.store.migrate import init_writer_role
 from jobs.store.ready import StoreUnavailable, open_ready_store
@@ -37,8 +37,13 @@ def _print_query(store: Store, sql: str, columns: list[str] | None = None, param
 
 
 def print_gate_status(store: Store) -> None:
-    """The roadmap's current status (v_roadmap_status) as a table on stdout."""
-    _print_query(store, "SELECT * FROM v_roadmap_status ORDER BY roadmap_row_id", STATUS_COLUMNS)
+    """The roadmap's current status (v_roadmap_board) as a table on stdout, figures with their units."""
+    with store.engine.connect() as conn:
+        rows = [dict(r._mapping) for r in conn.execute(text("SELECT * FROM v_roadmap_board ORDER BY roadmap_row_id"))]
+    for row in rows:
+        unit = unit_of(row["metric"], row["unit"])
+        row["value"], row["target"] = format_value(row["value"], unit), format_value(row["target"], unit)
+    print(format_table(rows, STATUS_COLUMNS))
 
 
 def _store(url: str | None, existing: bool = False) -> Store:

@@ -41,3 +41,11 @@ def test_bad_input_is_one_line_and_exit_2(roadgate, capsys):
     assert capsys.readouterr().err.strip() == (
         "roadgate db: error: unknown query 'no_such_query' (known: latency_distributions, latest_figures, metric_trend, "
         "recent_regressions, recent_runs, roadmap_history, roadmap_status)")
+
+
+def test_gate_status_shows_figures_with_their_units(roadgate, db_url, capsys):
+    assert roadgate(["db", "upgrade"]) == 0
+    record_run(open_store(db_url), nightly(0, workload="nano-bench"), metrics("ours", output_tok_s=58308.0))
+    assert roadgate(["gates", "evaluate"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("ROAD-ENGINE-NANOBENCH-60K-H200")]
+    assert "58,308 tok/s" in line and "60,000 tok/s" in line
