@@ -1,9 +1,12 @@
 """The roadgate db / gates commands, end to end on a real database."""
+from datetime import timedelta
+
 import pytest
 
 from jobs import cli
 from jobs.gates.roadmap import load_roadmap
 from jobs.store import open_store, record_run
+from jobs.store.models import utcnow
 from tests.store_support import metrics, nightly
 
 
@@ -45,7 +48,10 @@ def test_bad_input_is_one_line_and_exit_2(roadgate, capsys):
 
 def test_gate_status_shows_figures_with_their_units(roadgate, db_url, capsys):
     assert roadgate(["db", "upgrade"]) == 0
-    record_run(open_store(db_url), nightly(0, workload="nano-bench"), metrics("ours", output_tok_s=58308.0))
+    started = utcnow() - timedelta(hours=1)   # fresh evidence: judged against its target, not STALE
+    record_run(open_store(db_url), nightly(0, workload="nano-bench", started_at=started,
+                                           finished_at=started + timedelta(minutes=5)),
+               metrics("ours", output_tok_s=58308.0))
     assert roadgate(["gates", "evaluate"]) == 0
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("ROAD-ENGINE-NANOBENCH-60K-H200")]
     assert "58,308 tok/s" in line and "60,000 tok/s" in line
