@@ -148,7 +148,9 @@ def runs_table(data: DashboardData) -> str:
             + _cell("; ".join(verdicts[run.run_id]) or "—")
             + "</tr>")
     return ('<table id="runs"><thead><tr><th>Started (UTC)</th><th>Run</th><th>What</th><th>Validity</th>'
-            "<th>Status</th><th>Preflight</th><th title="the lowest agreement with the reference among the run's engines, peers included">Lowest agreement (any engine)</th><th>Duration</th><th>Metrics</th><th>Commit</th>"
+            "<th>Status</th><th>Preflight</th>"
+            "<th title='among the engines of the run, peers included'>Lowest agreement (any engine)</th>"
+            "<th>Duration</th><th>Metrics</th><th>Commit</th>"
             "<th>Code hash</th><th>Evidence for</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
 
 
