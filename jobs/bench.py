@@ -187,6 +187,15 @@ def _cpu_model_and_isa() -> tuple[str, str | None]:
     return model, next((f for f in VECTOR_ISAS if f in flags), None)
 
 
+def hardware_class(gpu_name: str | None = None) -> str:
+    """This host's hardware class as roadmap rows name it: the GPU model's last word ("H200"), else
+    the CPU class ("cpu-avx512_bf16")."""
+    if gpu_name is None:
+        import torch
+        gpu_name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return gpu_name.split()[-1] if gpu_name else cpu_class()
+
+
 def host_facts() -> dict:
     """What the run ran on: host, CPU, GPU, driver, CUDA, and the code: its git state and
     the hash of its files, which names it also in a dirty or copied tree (RunRecord's
@@ -210,8 +219,7 @@ def host_facts() -> dict:
                                         capture_output=True, text=True).stdout.strip())
     return {"host": socket.gethostname(), "cpu_name": cpu_name(), "gpu_name": gpu, "driver_version": driver,
             "cuda_version": torch.version.cuda if gpu else None,
-            # Roadmap rows name hardware classes like "H200"; CPU hosts by their vector ISA, "cpu-avx2".
-            "hardware_class": gpu.split()[-1] if gpu else cpu_class(), "git_sha": sha, "git_dirty": dirty,
+            "hardware_class": hardware_class(gpu) if gpu else cpu_class(), "git_sha": sha, "git_dirty": dirty,
             "code_hash": code_hash()}
 
 

@@ -74,7 +74,15 @@ def _code_hash(code_hash: str | None) -> str:
     return "—" if code_hash is None else f'<code title="{escape(code_hash)}">{escape(code_hash[:10])}</code>'
 
 
-def roadmap_table(board: list, now: datetime) -> str:
+def _reason(r, host_class: str | None) -> str:
+    if evidence_superseded(r):
+        return f"{r.reason} ({SUPERSEDED_NOTE})"
+    if r.status == "NO_DATA" and host_class and r.hardware_class != host_class:
+        return f"not measurable on this host ({host_class}): measured on {r.hardware_class} hosts"
+    return r.reason
+
+
+def roadmap_table(board: list, now: datetime, host_class: str | None = None) -> str:
     rows = []
     for r in board:
         unit = unit_of(r.metric, r.unit)
@@ -89,7 +97,7 @@ def roadmap_table(board: list, now: datetime) -> str:
             + _cell(format_target(r.comparison, r.threshold, r.peer_engine, r.target, unit), "num")
             + f"<td>{_run_ref(r.run_id)}</td>"
             + _cell(age_text, "num old" if age is not None and age > r.max_age_days else "num")
-            + _cell(f"{r.reason} ({SUPERSEDED_NOTE})" if evidence_superseded(r) else r.reason)
+            + _cell(_reason(r, host_class))
             + "</tr>")
     return (
         '<label><input type="checkbox" id="only-open"> only rows that are not PASS</label>'
@@ -154,7 +162,7 @@ def runs_table(data: DashboardData) -> str:
             "<th>Code hash</th><th>Evidence for</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
 
 
-def dashboard_html(data: DashboardData, now: datetime) -> str:
+def dashboard_html(data: DashboardData, now: datetime, host_class: str | None = None) -> str:
     counts = defaultdict(int)
     for r in data.board:
         counts[r.status] += 1
@@ -165,7 +173,7 @@ def dashboard_html(data: DashboardData, now: datetime) -> str:
         f"<title>roadgate dashboard</title><style>{STYLE}</style></head><body>"
         f'<h1>roadgate dashboard</h1><p class="meta">Generated {format_time(now)} UTC from the results '
         f"store's SQL views · {escape(summary)}</p>"
-        f'<h2 id="roadmap-status">Roadmap</h2>{roadmap_table(data.board, now)}'
+        f'<h2 id="roadmap-status">Roadmap</h2>{roadmap_table(data.board, now, host_class)}'
         f'<h2 id="history">History per roadmap row</h2>{history_section(data)}'
         f'<h2 id="latency">Latency distributions</h2>{latency_section(data)}'
         f'<h2 id="recent-runs">Recent runs</h2>{runs_table(data)}'
@@ -173,10 +181,12 @@ def dashboard_html(data: DashboardData, now: datetime) -> str:
 
 
 def render_dashboard(store: Store, out_dir: str | Path, now: datetime | None = None,
-                     recent_runs: int = RECENT_RUNS) -> Path:
-    """Writes OUT_DIR/index.html from the store's views; returns its path. The file appears whole or not at all."""
+                     recent_runs: int = RECENT_RUNS, host_class: str | None = None) -> Path:
+    """Writes OUT_DIR/index.html from the store's views; returns its path. The file appears whole or not at all.
+    A row without data that `host_class` (default: this host's) cannot measure says so instead of NO_DATA alone."""
+    from jobs.bench import hardware_class
     now = now or utcnow()
-    page = dashboard_html(load_dashboard_data(store, recent_runs), now)
+    page = dashboard_html(load_dashboard_data(store, recent_runs), now, host_class or hardware_class())
     path = Path(out_dir) / INDEX
     atomic_write_texts({path: page})
     return path

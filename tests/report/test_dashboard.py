@@ -97,3 +97,12 @@ def test_a_failed_render_leaves_the_previous_dashboard(dashboard, tmp_path):
     with pytest.raises(StoreNotReady, match="roadgate db upgrade"):
         render_dashboard(empty, path.parent, now=NOW)
     assert path.read_text() == before and [p.name for p in path.parent.iterdir()] == ["index.html"]
+
+
+@pytest.mark.parametrize("host_class, says_not_here", [("H200", True), ("cpu", False)])
+def test_a_row_this_host_cannot_measure_says_so_instead_of_only_no_data(store, tmp_path, host_class, says_not_here):
+    build_history(store)   # ROAD-T-CPU (hardware "cpu") has no data
+    page = render_dashboard(store, tmp_path / "site", now=NOW, host_class=host_class).read_text()
+    row = page.split('data-row="ROAD-T-CPU"', 1)[1].split("</tr>", 1)[0]
+    assert ("not measurable on this host (H200): measured on cpu hosts" in row) is says_not_here
+    assert "NO_DATA" in row
