@@ -10,13 +10,16 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jobs.tempfiles import owned_prefix, remove_dead_temporaries
+
 
 @contextlib.contextmanager
 def atomic_parquet_writer(path: str | Path, schema: pa.Schema) -> Iterator[pq.ParquetWriter]:
     """A ParquetWriter whose file shows up at `path` only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_dead_temporaries(path.parent, path.name)   # a killed writer's attempt at this file
+    fd, tmp = tempfile.mkstemp(prefix=owned_prefix(path.name), suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         with pq.ParquetWriter(tmp, schema) as writer:
@@ -41,7 +44,8 @@ def atomic_write_texts(contents: dict[Path, str]) -> None:
         for path, text in contents.items():
             path = Path(path)
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            remove_dead_temporaries(path.parent, path.name)
+            fd, tmp = tempfile.mkstemp(prefix=owned_prefix(path.name), suffix=".tmp", dir=path.parent)
             written.append((tmp, path))
             os.fchmod(fd, 0o644)  # mkstemp makes 0600; these files are for readers
             with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -20,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 
 from jobs.registry import METRICS, workload_names
 from jobs.store.db import Store
+from jobs.store.leftovers import remove_dead_leftovers
 from jobs.workloads import WorkloadError
 from jobs.store.models import Metric, Run, Series, utcnow
 from jobs.store.parquet import write_requests
@@ -169,6 +170,7 @@ def record_run(store: Store, run: RunRecord, metrics: list[MetricRecord], reques
             return run_id
     parquet_uri = None
     if requests is not None:
+        remove_dead_leftovers(store)   # what killed runs left where this one writes
         parquet_uri = write_requests(store.parquet_root, run_id, run.started_at.date(), requests)
     identities = {engine: series_identity(run, engine) for engine in dict.fromkeys(m.engine for m in metrics)}
     keys = {engine: series_key(identity) for engine, identity in identities.items()}
