@@ -4,14 +4,18 @@
 
 Output layout under the output directory (local path or file:// URI):
 
-    part-00000-of-00003.parquet ...   one per shard, each written atomically
+    _claim.json                       the DAG run the directory belongs to, and its input's size and sha256
+    part-00000-of-00003.parquet ...   one per shard, each written atomically, never replaced
     _manifest.json                    written last: the batch is committed when it exists
-    _staging/<run key>/               the shards' inputs, removed at commit
+    _staging/<run key>/               the shards' inputs and attempts, removed at commit
 
-Every part carries its DAG run's key in its Parquet footer. A shard whose part is
-already there (with this run's key and the shard's row count) is skipped, so a
-retried or re-run task never writes a row twice; a task killed mid-write leaves
-only a dot-prefixed temporary file, which readers ignore and commit removes.
+The first split claims the directory for its DAG run; a task of any other run is refused
+there, and a retried split that finds the input changed fails instead of mixing rows of
+two inputs. Every part carries its DAG run's key in its Parquet footer. A shard is
+generated into an attempt directory of its own and published by a hard link, which never
+replaces a part: a shard whose part is already there is skipped, so a retried, re-run or
+duplicated task never writes a row twice. A killed task leaves only temporary files named
+after their process (jobs.tempfiles); commit removes those whose process is gone.
 """
 from __future__ import annotations
 
@@ -21,22 +25,24 @@ import json
 import logging
 import os
 import re
-import shutil
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Callable
+from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.atomic import atomic_parquet_writer
 from jobs.prompts_io import InputError, read_prompts
+from jobs.tempfiles import owned_name, remove_dead_temporaries
 
 log = logging.getLogger(__name__)
 
+CLAIM = "_claim.json"
 MANIFEST = "_manifest.json"
 STAGING = "_staging"
 SPLIT_FILE = "split.json"
@@ -79,11 +85,24 @@ class BatchParams:
 
 
 def _local_path(uri: str, what: str) -> Path:
-    if uri.startswith("file://"):
-        return Path(uri[len("file://"):])
-    if "://" in uri:
+    """The local path a path or file:// URI names. Refused: other schemes, a file URI naming
+    another host (it would silently mean this host's path), a query or fragment (an
+    unescaped ? or # in a file name), and '..' segments (through a symlink they name
+    another place than they seem to)."""
+    path = uri
+    if uri.startswith("file:"):
+        parts = urlsplit(uri)
+        if parts.netloc not in ("", "localhost"):
+            raise BatchError(f"{what}: {uri!r} names host {parts.netloc!r}; only this host's files "
+                             "(file:///path) are supported")
+        if parts.query or parts.fragment:
+            raise BatchError(f"{what}: {uri!r} has a query or fragment; percent-encode ? and # in file names")
+        path = unquote(parts.path)
+    elif "://" in uri:
         raise BatchError(f"{what}: only local paths and file:// URIs are supported so far, got {uri!r}")
-    return Path(uri)
+    if ".." in PurePosixPath(path).parts:
+        raise BatchError(f"{what}: {uri!r} has a '..' segment; give the path it stands for")
+    return Path(path)
 
 
 def parse_params(raw: dict) -> BatchParams:
@@ -136,8 +155,26 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _input_pin(path: Path) -> dict:
+    return {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+
+
+def _write_json(path: Path, doc: dict, *, exclusive: bool = False) -> None:
+    """`doc` at `path`, whole or not at all: written and synced under a temporary name, then
+    renamed into place, or with `exclusive` linked there (FileExistsError if `path` exists)."""
+    tmp = path.parent / owned_name(path.name)
+    try:
+        with open(tmp, "x") as f:
+            f.write(json.dumps(doc, indent=1) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path) if exclusive else os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _refuse_foreign_output(output: Path, key: str) -> None:
-    """An output directory holds one batch: refuse one that another DAG run wrote to."""
+    """A directory without a claim may still hold a batch written before claims existed."""
     manifest = output / MANIFEST
     if manifest.exists():
         owner = json.loads(manifest.read_text())["run_key"]
@@ -151,18 +188,65 @@ def _refuse_foreign_output(output: Path, key: str) -> None:
                              "choose another output_uri or remove that run's output")
 
 
+def _claimed(output: Path, key: str) -> dict | None:
+    """The claim on `output` if it is this run's, None if there is none; refuses another run's."""
+    try:
+        claim = json.loads((output / CLAIM).read_text())
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        raise BatchError(f"output_uri {output} is not a directory") from None
+    if claim["run_key"] != key:
+        raise BatchError(f"output_uri {output} belongs to run {claim['run_key']} (it wrote there first); "
+                         "choose another output_uri")
+    return claim
+
+
+def _claim(output: Path, key: str, pin: dict) -> None:
+    """Claims `output` for this run and its input (size and sha256), or checks that a retry
+    sees the input this run claimed it with."""
+    claim = _claimed(output, key)
+    if claim is None:
+        output.mkdir(parents=True, exist_ok=True)
+        _refuse_foreign_output(output, key)
+        with contextlib.suppress(FileExistsError):   # another split of this run or another run was first
+            _write_json(output / CLAIM, {"run_key": key, "input": pin}, exclusive=True)
+        claim = _claimed(output, key)
+    if claim["input"] != pin:
+        raise BatchError(f"the input changed since this run split it ({claim['input']['bytes']} bytes, sha256 "
+                         f"{claim['input']['sha256'][:12]}..., now {pin['bytes']} bytes, {pin['sha256'][:12]}...); "
+                         "restore it, or start a new run with another output_uri")
+
+
+def _owned(output: Path, key: str) -> dict:
+    """The claim of a directory this run's split claimed; refuses any other."""
+    claim = _claimed(output, key)
+    if claim is None:
+        raise BatchError(f"output_uri {output} is not claimed by this run: run split_input for it first")
+    return claim
+
+
+def _staging(output: Path, key: str) -> Path:
+    """This run's staging directory, refused where it is a symlink: what we write and remove
+    there would land elsewhere."""
+    for path in (output / STAGING, output / STAGING / key):
+        if path.is_symlink():
+            raise BatchError(f"{path} is a symbolic link; refusing to write or remove through it")
+    return output / STAGING / key
+
+
 def split_input(params: BatchParams, key: str) -> list[dict]:
     """Validate every input row, then cut the input into contiguous shards (input order is
-    kept: part i holds the rows after part i-1's). Returns the shard specs; they and the
-    input's row count and checksum are kept in the staging directory for commit_batch.
+    kept: part i holds the rows after part i-1's). Returns the shard specs, kept with the
+    input's row count in the staging directory for commit_batch.
 
-    Deterministic, so a re-run of the split rewrites the same shards."""
+    The first split claims the output directory with the input's size and sha256; a retry
+    returns the shards already written, or fails if the input is no longer the one claimed."""
     from jobs.bench import _utcnow
 
     started_at = _utcnow()
     output = params.output_dir
-    output.mkdir(parents=True, exist_ok=True)
-    _refuse_foreign_output(output, key)
+    _claimed(output, key)   # another run's directory: refused before the input is read
     seen: set[str] = set()
     try:
         for row in read_prompts(params.input_path):
@@ -174,9 +258,13 @@ def split_input(params: BatchParams, key: str) -> list[dict]:
     total = len(seen)
     if total == 0:
         raise BatchError(f"{params.input_path}: no rows")
+    pin = _input_pin(params.input_path)
+    _claim(output, key, pin)
+    staging = _staging(output, key)
+    if (staging / SPLIT_FILE).exists():
+        return json.loads((staging / SPLIT_FILE).read_text())["shards"]
     n = min(params.num_shards, total)   # never an empty shard
     bounds = [i * total // n for i in range(n + 1)]
-    staging = output / STAGING / key
     shards = []
     rows = read_prompts(params.input_path)
     for i in range(n):
@@ -187,12 +275,11 @@ def split_input(params: BatchParams, key: str) -> list[dict]:
                 [{"id": r.id, "prompt": r.prompt, "messages": r.messages} for r in shard_rows], SHARD_INPUT_SCHEMA))
         shards.append({"index": i, "num_shards": n, "rows": len(shard_rows), "first_row": bounds[i],
                        "input_path": str(shard_input), "part_path": str(output / part_name(i, n))})
-    facts = {"shards": shards, "input_rows": total, "input_sha256": _sha256(params.input_path),
-             "started_at": started_at.isoformat()}
+    if _input_pin(params.input_path) != pin:
+        raise BatchError(f"{params.input_path} changed while it was being split; restore it and retry, "
+                         "or start a new run with another output_uri")
     # What commit checks the parts against, kept beside the shards' inputs.
-    tmp = staging / f".{SPLIT_FILE}.tmp"
-    tmp.write_text(json.dumps(facts, indent=1))
-    os.replace(tmp, staging / SPLIT_FILE)
+    _write_json(staging / SPLIT_FILE, {"shards": shards, "input_rows": total, "started_at": started_at.isoformat()})
     return shards
 
 
@@ -208,12 +295,14 @@ def _committed_part(shard: dict, key: str) -> bool:
 
 def generate_shard(shard: dict, params: BatchParams, key: str, *,
                    after_row_group: Callable[[int], None] | None = None) -> dict:
-    """Generate one shard's part, atomically; skip a shard whose part this run already wrote."""
+    """Generate one shard's part in an attempt directory of its own, then publish it (a hard
+    link: a part, once there, is never replaced); skip a shard whose part this run already wrote."""
     from engine import LLM
     from jobs.bench import host_facts
     from jobs.generate import GenerateError, generate_file
 
     part = Path(shard["part_path"])
+    _owned(params.output_dir, key)
     host = host_facts()
     facts = {"index": shard["index"], "rows": shard["rows"], "hardware_class": host["hardware_class"],
              "host": host["host"]}
@@ -221,16 +310,27 @@ def generate_shard(shard: dict, params: BatchParams, key: str, *,
         log.info("shard %d: %s is already written by this run; skipped", shard["index"], part.name)
         return {**facts, "skipped": True, "engine_s": None, "output_tokens": _output_tokens(part)}
     llm = LLM(params.model, backend=params.backend, seed=params.seed)
+    # This attempt's own directory: a duplicate attempt of the shard (a task thought dead)
+    # writes beside it, not over it.
+    attempt = _staging(params.output_dir, key) / owned_name(part.name)
     start = time.perf_counter()
     try:
-        counts = generate_file(llm, lambda: read_prompts(shard["input_path"]), part, params.sampling,
-                               seed=params.seed, row_group_size=params.row_group_size,
+        counts = generate_file(llm, lambda: read_prompts(shard["input_path"]), attempt / part.name,
+                               params.sampling, seed=params.seed, row_group_size=params.row_group_size,
                                file_metadata={RUN_KEY_META: key.encode()}, after_row_group=after_row_group)
+        if counts["rows"] != shard["rows"]:
+            raise BatchError(f"shard {shard['index']}: wrote {counts['rows']} rows, expected {shard['rows']}")
+        engine_s = time.perf_counter() - start
+        with contextlib.suppress(FileExistsError):   # a part is never replaced: the first attempt's stays
+            os.link(attempt / part.name, part)
     except GenerateError as e:
         raise BatchError(f"shard {shard['index']}: {e}") from None
-    engine_s = time.perf_counter() - start
-    if counts["rows"] != shard["rows"]:
-        raise BatchError(f"shard {shard['index']}: wrote {counts['rows']} rows, expected {shard['rows']}")
+    finally:
+        (attempt / part.name).unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            attempt.rmdir()
+    if not _committed_part(shard, key):
+        raise BatchError(f"shard {shard['index']}: {part} is there but is not this run's part")
     return {**facts, "skipped": False, "engine_s": engine_s, "output_tokens": _output_tokens(part)}
 
 
@@ -238,19 +338,20 @@ def commit_batch(shard_results: list[dict], params: BatchParams, key: str, dag_i
                  store=None) -> dict:
     """Check every part, record the run in the store, then write the manifest (the commit).
 
-    Idempotent: a re-run finds the run recorded and rewrites the same manifest."""
+    Idempotent: a re-run finds the batch committed (and its parts as committed) or the run
+    recorded, and rewrites the same manifest."""
     from jobs.bench import _utcnow
     from jobs.store import MetricRecord, RunRecord, open_store, record_run, upgrade
 
     output = params.output_dir
-    manifest_path = output / MANIFEST
-    if manifest_path.exists():
-        existing = json.loads(manifest_path.read_text())
-        if existing["run_key"] == key:
-            log.info("batch already committed: %s", manifest_path)
-            _remove_leftovers(output, key)
-            return existing
-    split_path = output / STAGING / key / SPLIT_FILE
+    claim = _owned(output, key)
+    staging = _staging(output, key)
+    if (output / MANIFEST).exists():
+        log.info("batch already committed: %s", output / MANIFEST)
+        manifest = _verified_manifest(output)
+        _remove_leftovers(output, staging)
+        return manifest
+    split_path = staging / SPLIT_FILE
     if not split_path.exists():
         raise BatchError(f"{split_path} is missing: run split_input for this run first")
     split = json.loads(split_path.read_text())
@@ -274,7 +375,7 @@ def commit_batch(shard_results: list[dict], params: BatchParams, key: str, dag_i
     store_run_id = record_run(store, RunRecord(
         kind="generate", workload=STORE_WORKLOAD, hardware_class=shard_results[0]["hardware_class"],
         started_at=started, finished_at=finished, preflight_status="skipped",
-        config={"parameters": params.as_dict(), "input_sha256": split["input_sha256"],
+        config={"parameters": params.as_dict(), "input_sha256": claim["input"]["sha256"],
                 "hosts": sorted({r["host"] for r in shard_results})},
         id=str(uuid.uuid5(RUN_ID_NAMESPACE, key)), airflow_dag_id=dag_id, airflow_run_id=run_id,
     ), [MetricRecord("ours", "wall_s", (finished - started).total_seconds(), count=total)]
@@ -282,31 +383,50 @@ def commit_batch(shard_results: list[dict], params: BatchParams, key: str, dag_i
 
     manifest = {"run_key": key, "dag_id": dag_id, "run_id": run_id, "store_run_id": store_run_id,
                 "committed_at": finished.isoformat(), "rows": total, "output_tokens": tokens,
-                "input": {"uri": params.input_uri, "rows": split["input_rows"], "sha256": split["input_sha256"]},
+                "input": {"uri": params.input_uri, "rows": split["input_rows"], **claim["input"]},
                 "parameters": params.as_dict(), "parts": parts}
-    tmp = output / f".{MANIFEST}.{uuid.uuid4().hex}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1) + "\n")
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, manifest_path)
-    _remove_leftovers(output, key)
+    _write_json(output / MANIFEST, manifest)
+    _remove_leftovers(output, staging)
     return manifest
 
 
-def _remove_leftovers(output: Path, key: str) -> None:
-    """After the commit: killed writers' dot-prefixed temporaries and the shards' inputs."""
-    for leftover in output.glob(".part-*.tmp"):
-        leftover.unlink(missing_ok=True)
-    shutil.rmtree(output / STAGING / key, ignore_errors=True)
-    with contextlib.suppress(OSError):   # another run's staging may still be there
-        (output / STAGING).rmdir()
+def _remove_leftovers(output: Path, staging: Path) -> None:
+    """After the commit: the shards' inputs, and temporaries whose process is gone (a live
+    duplicate attempt's are its own; what it publishes can no longer replace a part)."""
+    remove_dead_temporaries(output)
+    remove_dead_temporaries(staging)
+    for path in [*staging.glob("shard-*.parquet"), staging / SPLIT_FILE]:
+        path.unlink(missing_ok=True)
+    for directory in (staging, staging.parent):
+        with contextlib.suppress(OSError):   # gone already, or not empty: a live attempt, another run's staging
+            directory.rmdir()
+
+
+def _verified_part(output: Path, part: dict) -> bytes:
+    """A committed part's bytes, refused unless they are the ones the manifest committed."""
+    path = output / part["path"]
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise BatchError(f"{path} is missing: the committed batch was altered") from None
+    if hashlib.sha256(data).hexdigest() != part["sha256"]:
+        raise BatchError(f"{path}: its sha256 is not the manifest's; the committed batch was altered")
+    return data
+
+
+def _verified_manifest(output: Path) -> dict:
+    manifest = json.loads((output / MANIFEST).read_text())
+    for part in manifest["parts"]:
+        _verified_part(output, part)
+    return manifest
 
 
 def read_committed(output_uri: str) -> pa.Table:
-    """The committed batch, parts in shard order; refuses an output with no manifest."""
+    """The committed batch, parts in shard order, each checked against the manifest's sha256
+    (the bytes read are the bytes checked); refuses an output with no manifest."""
     output = _local_path(output_uri, "output_uri")
     manifest_path = output / MANIFEST
     if not manifest_path.exists():
         raise BatchError(f"{output}: no {MANIFEST}; the batch is not committed")
     manifest = json.loads(manifest_path.read_text())
-    return pa.concat_tables([pq.read_table(output / p["path"]) for p in manifest["parts"]])
+    return pa.concat_tables([pq.read_table(pa.BufferReader(_verified_part(output, p))) for p in manifest["parts"]])

@@ -74,9 +74,10 @@ def test_a_shard_killed_mid_write_and_run_again_leaves_every_row_exactly_once(tm
     os.kill(killer.pid, signal.SIGKILL)   # mid-write: no cleanup runs, as when a node dies
     killer.wait()
     killer.stderr.close()
-    # The killed writer left a partial temporary file, never a part. Shards that ran before
-    # it have their parts: none, one or both others (dag.test picks the order of mapped tasks).
-    assert [p.name for p in out.glob(".part-00001-*.tmp")] and not list(out.glob("part-00001-*.parquet"))
+    # The killed writer left a partial temporary file in its attempt's directory, never a part.
+    # Shards that ran before it have their parts: none, one or both others (dag.test picks the
+    # order of mapped tasks).
+    assert [p for p in out.rglob(".part-00001-*.tmp") if p.is_file()] and not list(out.glob("part-00001-*.parquet"))
     assert not (out / "_manifest.json").exists()
     written_before_kill = {p.name: p.read_bytes() for p in out.glob("part-*.parquet")}
 
@@ -96,7 +97,9 @@ def test_a_shard_killed_mid_write_and_run_again_leaves_every_row_exactly_once(tm
     assert [pq.ParquetFile(out / p["path"]).metadata.num_rows for p in manifest["parts"]] == [4, 4, 4]
     assert manifest["parameters"]["num_shards"] == 3 and manifest["parameters"]["sampling"]["max_tokens"] == 4
     assert all(hashlib.sha256((out / p["path"]).read_bytes()).hexdigest() == p["sha256"] for p in manifest["parts"])
-    assert sorted(p.name for p in out.iterdir()) == ["_manifest.json"] + [p["path"] for p in manifest["parts"]]
+    # The killed writer's temporary went with the staging: its process is gone.
+    assert sorted(p.name for p in out.iterdir()) == ["_claim.json", "_manifest.json"] + [
+        p["path"] for p in manifest["parts"]]
 
     # Re-running the whole DAG run once more duplicates nothing, loses nothing, records nothing twice.
     assert dag.test(logical_date=when, run_after=when, run_conf=conf).state == DagRunState.SUCCESS
