@@ -10,7 +10,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.tempfiles import owned_prefix, remove_dead_temporaries
+from jobs.tempfiles import owned_name, owned_prefix, remove_dead_temporaries
 
 
 @contextlib.contextmanager
@@ -19,8 +19,10 @@ def atomic_parquet_writer(path: str | Path, schema: pa.Schema) -> Iterator[pq.Pa
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_dead_temporaries(path.parent, path.name)   # a killed writer's attempt at this file
-    fd, tmp = tempfile.mkstemp(prefix=owned_prefix(path.name), suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    # Not mkstemp, which makes 0600 files: parts and outputs are read by other workers, so
+    # they get the mode the process's umask gives, as any file it creates would.
+    tmp = str(path.parent / owned_name(path.name))
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
     try:
         with pq.ParquetWriter(tmp, schema) as writer:
             yield writer
