@@ -48,7 +48,11 @@ class GGUFFile:
         self._pos = 0
         try:
             self._parse()
-        except (struct.error, UnicodeDecodeError, IndexError) as e:
+        except GGUFError:
+            raise
+        # Reads past the end, undecodable strings, counts larger than the file (numpy's
+        # ValueError), arrays nested without end: whatever a damaged header makes of the parse.
+        except (struct.error, ValueError, IndexError, RecursionError) as e:
             raise GGUFError(f"{path}: truncated or corrupt GGUF header ({e})") from None
 
     # -------------------------------------------------------------- parsing
@@ -96,12 +100,22 @@ class GGUFFile:
             name = self._string()
             dims = [self._read("<Q") for _ in range(self._read("<I"))]
             infos.append((name, tuple(reversed(dims)), self._read("<I"), self._read("<Q")))
-        align = int(self.fields.get("general.alignment", 32))
+        align = self.fields.get("general.alignment", 32)
+        if not isinstance(align, int) or align < 1:
+            raise GGUFError(f"{self.path}: bad general.alignment {align!r}")
         data_start = -(-self._pos // align) * align
         self.tensors = [TensorInfo(n, s, t, data_start + o) for n, s, t, o in infos]
         for t in self.tensors:
+            if t.type_id in TENSOR_TYPES and int(np.prod(t.shape)) % TENSOR_TYPES[t.type_id][1]:
+                raise GGUFError(f"{self.path}: tensor {t.name} of shape {list(t.shape)} is not a whole "
+                                f"number of {t.type_name} blocks")
             if t.offset + self.nbytes(t) > len(self._buf):
                 raise GGUFError(f"{self.path}: tensor {t.name} runs past the end of the file (truncated?)")
+        # A damaged type or shape can make a tensor claim its neighbour's bytes.
+        spans = sorted((t.offset, t.offset + self.nbytes(t), t.name) for t in self.tensors)
+        for (_, end, name), (start, _, following) in zip(spans, spans[1:]):
+            if end > start:
+                raise GGUFError(f"{self.path}: tensors {name} and {following} overlap (corrupt header)")
 
     # -------------------------------------------------------------- tensors
 

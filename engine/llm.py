@@ -123,7 +123,10 @@ class LLM:
         elif isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt):
             if self.tokenizer is None:
                 raise PromptError(f"model {self.source.name} has no tokenizer; pass token ids")
-            ids = self.tokenizer.encode_chat(prompt)
+            try:
+                ids = self.tokenizer.encode_chat(prompt)
+            except ValueError as e:   # no chat template, or the template failed on these messages
+                raise PromptError(str(e)) from None
         elif isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
             ids = list(prompt)
             bad = [t for t in ids if not 0 <= t < self.config.vocab_size]

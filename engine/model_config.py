@@ -1,7 +1,10 @@
 """Llama-family architecture description, and presets of real architectures."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
+
+LLAMA3_SCALING_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,16 @@ class ModelConfig:
     head_dim: int = 0
 
     def __post_init__(self) -> None:
+        # A model file's metadata arrives here unchecked: a zero, negative or non-integer size
+        # would fail later, deep in the model's set-up, with an error that names no field.
+        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
+                     "vocab_size", "max_position"):
+            _require(name, getattr(self, name), minimum=1)
+        _require("head_dim", self.head_dim, minimum=0)
+        for name in ("rope_theta", "rms_norm_eps"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 < value < math.inf):
+                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
         if not self.head_dim:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
         if self.num_heads % self.num_kv_heads:
@@ -38,9 +51,13 @@ class ModelConfig:
     @classmethod
     def from_hf(cls, cfg: dict) -> "ModelConfig":
         scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+        if not isinstance(scaling, dict):
+            raise ValueError(f"rope_scaling must be an object, got {scaling!r}")
         kind = scaling.get("rope_type", scaling.get("type", "default"))
         if kind not in ("default", "llama3"):
             raise ValueError(f"unsupported rope scaling type {kind!r}")
+        if kind == "llama3" and (missing := [k for k in LLAMA3_SCALING_KEYS if k not in scaling]):
+            raise ValueError(f"llama3 rope_scaling lacks {', '.join(missing)}")
         theta = cfg.get("rope_theta", scaling.get("rope_theta", 10000.0))
         return cls(
             hidden_size=cfg["hidden_size"],
@@ -56,6 +73,11 @@ class ModelConfig:
             rope_scaling=dict(scaling) if kind == "llama3" else {},
             head_dim=cfg.get("head_dim") or 0,
         )
+
+
+def _require(name: str, value, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 _SMOLLM2_135M = ModelConfig(

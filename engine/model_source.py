@@ -166,10 +166,15 @@ def _gguf(path: Path) -> ModelSource:
         )
     except KeyError as e:
         raise ModelSourceError(f"{path}: GGUF metadata lacks {e.args[0]}") from None
+    except (TypeError, ValueError) as e:
+        raise ModelSourceError(f"{path}: bad GGUF metadata ({e})") from None
+    _check_tensors(path, {name: t.shape for t in gf.tensors if (name := _hf_name(t.name))}, config)
     try:
         tokenizer = Tokenizer.from_gguf_fields(f)
-    except (KeyError, ValueError) as e:
-        raise ModelSourceError(f"{path}: {e}") from None
+    except KeyError as e:
+        raise ModelSourceError(f"{path}: GGUF metadata lacks {e.args[0]}") from None
+    except Exception as e:  # tokenizers raises a bare Exception for a vocabulary it cannot build
+        raise ModelSourceError(f"{path}: cannot build the tokenizer ({e})") from None
 
     def load(device: torch.device, dtype: torch.dtype):
         for t in gf.tensors:
@@ -191,24 +196,36 @@ def _hf_folder(path: Path) -> ModelSource:
     cfg_path = path / "config.json"
     if not cfg_path.is_file():
         raise ModelSourceError(f"{path}: not a Hugging Face model folder (no config.json)")
-    cfg = json.loads(cfg_path.read_text())
-    if cfg.get("model_type") != "llama" and "LlamaForCausalLM" not in cfg.get("architectures", []):
+    cfg = _json_object(cfg_path)
+    architectures = cfg.get("architectures")
+    if cfg.get("model_type") != "llama" and not (isinstance(architectures, list)
+                                                  and "LlamaForCausalLM" in architectures):
         raise ModelSourceError(f"{path}: model_type {cfg.get('model_type')!r} is not of the Llama family")
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise ModelSourceError(f"{path}: no *.safetensors files")
-    config = ModelConfig.from_hf(cfg)
+    try:
+        config = ModelConfig.from_hf(cfg)
+    except KeyError as e:
+        raise ModelSourceError(f"{cfg_path} lacks {e.args[0]!r}") from None
+    except (TypeError, ValueError) as e:
+        raise ModelSourceError(f"{cfg_path}: {e}") from None
+    _check_tensors(path, _safetensors_shapes(files), config)
     tokenizer = None
     if (path / "tokenizer.json").is_file():
         def read(name):
             p = path / name
-            return json.loads(p.read_text()) if p.is_file() else {}
-        tokenizer = Tokenizer.from_hf_folder(str(path / "tokenizer.json"), read("tokenizer_config.json"),
-                                             read("generation_config.json"), cfg)
+            return _json_object(p) if p.is_file() else {}
+        tokenizer_config, generation_config = read("tokenizer_config.json"), read("generation_config.json")
         template = path / "chat_template.jinja"
-        if tokenizer.chat_template is None and template.is_file():
-            tokenizer = Tokenizer(tokenizer.backend, tokenizer.eos_token_ids, tokenizer.bos_token_id,
-                                  tokenizer.add_bos, template.read_text())
+        try:
+            tokenizer = Tokenizer.from_hf_folder(str(path / "tokenizer.json"), tokenizer_config,
+                                                 generation_config, cfg)
+            if tokenizer.chat_template is None and template.is_file():
+                tokenizer = Tokenizer(tokenizer.backend, tokenizer.eos_token_ids, tokenizer.bos_token_id,
+                                      tokenizer.add_bos, template.read_text(encoding="utf-8"))
+        except Exception as e:  # tokenizers raises a bare Exception for a tokenizer.json it cannot parse
+            raise ModelSourceError(f"{path}: cannot load the tokenizer ({e})") from None
 
     def load(device: torch.device, dtype: torch.dtype):
         from safetensors import safe_open
@@ -217,3 +234,39 @@ def _hf_folder(path: Path) -> ModelSource:
                 for name in st.keys():
                     yield name, st.get_tensor(name).float()
     return ModelSource(str(path), config, tokenizer, load)
+
+
+def _json_object(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:   # ValueError: bad JSON or not UTF-8
+        raise ModelSourceError(f"{path}: not a readable JSON file ({e})") from None
+    if not isinstance(value, dict):
+        raise ModelSourceError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _safetensors_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
+    """Every tensor's shape from the files' headers; safetensors checks there that the
+    header parses and that the data it describes fills the file exactly (none truncated)."""
+    from safetensors import SafetensorError, safe_open
+    shapes = {}
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt") as st:
+                shapes.update((name, tuple(st.get_slice(name).get_shape())) for name in st.keys())
+        except (SafetensorError, OSError) as e:
+            raise ModelSourceError(f"cannot read safetensors file {file}: {e}") from None
+    return shapes
+
+
+def _check_tensors(path: Path, shapes: dict[str, tuple[int, ...]], config: ModelConfig) -> None:
+    """Every tensor the model needs, with the shape its config implies: a file that does not
+    match its own metadata is refused here, before any weight is read, not while it loads
+    or in the middle of a generation."""
+    for name, shape in _hf_shapes(config):
+        if name not in shapes:
+            raise ModelSourceError(f"{path}: tensor {name} is missing")
+        if tuple(shapes[name]) != shape:
+            raise ModelSourceError(f"{path}: tensor {name} has shape {list(shapes[name])}; "
+                                   f"the model's config implies {list(shape)}")

@@ -39,7 +39,10 @@ class Tokenizer:
             env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                                 extensions=["jinja2.ext.loopcontrols"])
             env.globals["raise_exception"] = _raise_template_error
-            self._template = env.from_string(chat_template)
+            try:
+                self._template = env.from_string(chat_template)
+            except jinja2.TemplateSyntaxError as e:
+                raise ValueError(f"the chat template does not compile: {e} (template line {e.lineno})") from None
 
     @classmethod
     def from_gguf_fields(cls, fields: dict) -> "Tokenizer":
@@ -102,9 +105,13 @@ class Tokenizer:
         for i, m in enumerate(messages):
             if not isinstance(m, dict) or "role" not in m or "content" not in m:
                 raise ValueError(f"chat message {i} must be a mapping with 'role' and 'content'")
-        return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                     bos_token=self._token_text(self.bos_token_id),
-                                     eos_token=self._token_text(self.eos_token_ids[0] if self.eos_token_ids else None))
+        try:
+            return self._template.render(
+                messages=messages, add_generation_prompt=add_generation_prompt,
+                bos_token=self._token_text(self.bos_token_id),
+                eos_token=self._token_text(self.eos_token_ids[0] if self.eos_token_ids else None))
+        except Exception as e:  # the template is the model file's code: whatever it raises, it refused these messages
+            raise ValueError(f"the chat template failed: {type(e).__name__}: {e}") from None
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
         # The rendered template already carries any BOS it wants.
