@@ -37,6 +37,8 @@ class LLM:
                  enforce_eager: bool = False):
         if max_num_seqs < 1 or max_num_batched_tokens < 1:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
+        if max_model_len is not None and max_model_len < 1:   # 0 would silently mean "the model's"
+            raise ValueError(f"max_model_len must be >= 1, got {max_model_len}")
         self.backend = select_backend(backend)
         # The torch backend runs on any device (the GPU too, as the kernels' oracle).
         self.device = torch.device(device or ("cuda" if self.backend == "cuda" else "cpu"))

@@ -1,6 +1,8 @@
 """Per-request sampling settings, validated on construction."""
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 
 
@@ -28,11 +30,11 @@ class SamplingParams:
         self.stop_token_ids = [int(t) for t in self.stop_token_ids]
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        if not self.temperature >= 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
+        if not _finite(self.temperature) or self.temperature < 0:
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
         if not isinstance(self.top_k, int) or self.top_k < 0:
             raise ValueError(f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}")
-        if not 0 < self.top_p <= 1:
+        if not _finite(self.top_p) or not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if self.seed is not None and not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
@@ -42,3 +44,8 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+def _finite(x) -> bool:
+    """A real number, not NaN or infinite (NaN passes every comparison-based range check)."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)

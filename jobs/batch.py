@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.atomic import atomic_parquet_writer
-from jobs.prompts_io import InputError, read_prompts
+from jobs.prompts_io import InputError, count_prompts, read_prompts
 from jobs.tempfiles import owned_name, remove_dead_temporaries
 
 log = logging.getLogger(__name__)
@@ -247,17 +247,10 @@ def split_input(params: BatchParams, key: str) -> list[dict]:
     started_at = _utcnow()
     output = params.output_dir
     _claimed(output, key)   # another run's directory: refused before the input is read
-    seen: set[str] = set()
     try:
-        for row in read_prompts(params.input_path):
-            if row.id in seen:
-                raise BatchError(f"{params.input_path}: id {row.id!r} appears twice; ids must be unique")
-            seen.add(row.id)
+        total = count_prompts(params.input_path)
     except InputError as e:
         raise BatchError(str(e)) from None
-    total = len(seen)
-    if total == 0:
-        raise BatchError(f"{params.input_path}: no rows")
     pin = _input_pin(params.input_path)
     _claim(output, key, pin)
     staging = _staging(output, key)

@@ -2,12 +2,15 @@
 
 The input is read twice, streaming: once to validate every row (so bad input
 fails before any GPU time is spent, and nothing is written), once to generate.
+The CLI reads it once more before the model loads, for what needs no model:
+the rows' form, unique ids, at least one row; and it checks the output path then.
 Outputs are written in input order, in row groups, to a temporary file that
 is renamed into place only when every row is done.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import zlib
 from collections import deque
@@ -17,7 +20,7 @@ from typing import Callable, Iterator
 import pyarrow as pa
 
 from jobs.atomic import atomic_parquet_writer
-from jobs.prompts_io import InputError, PromptRow, read_prompts
+from jobs.prompts_io import InputError, PromptRow, count_prompts, read_prompts
 
 MESSAGES_TYPE = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
 OUTPUT_SCHEMA = pa.schema([
@@ -115,11 +118,36 @@ def _output_record(row: PromptRow, out) -> dict:
 
 # ---------------------------------------------------------------- CLI
 
+def check_output_path(output: str, input_path: str, overwrite: bool) -> None:
+    """Refuses an output the job could not write, or should not: checked before the model
+    loads, so that a user does not learn it after a whole generation."""
+    out = Path(output)
+    if out.is_dir() or output.endswith(os.sep):
+        raise GenerateError(f"output {output} is a directory; name a file")
+    if out.exists():
+        if not out.is_file():   # a device or a FIFO: replacing it is never what was meant
+            raise GenerateError(f"output {output} exists and is not a regular file")
+        # Same file identity, so a hard link or a symlink to the input is caught too.
+        if os.path.exists(input_path) and os.path.samefile(out, input_path):
+            raise GenerateError(f"output {output} is the input file; name another file")
+        if not overwrite:
+            raise GenerateError(f"output {output} exists; pass --overwrite to replace it")
+    # The nearest existing ancestor: the writer creates the missing folders below it.
+    ancestor = out.absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise GenerateError(f"output {output}: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise GenerateError(f"output {output}: {ancestor} is not writable")
+
+
 def register(sub) -> None:
     p = sub.add_parser("generate", help="generate for a prompts file (JSONL, CSV or Parquet) into Parquet")
     p.add_argument("--model", required=True, help="alias, GGUF path, HF folder or dummy:<preset>")
     p.add_argument("--input", required=True, help="prompts file with a 'prompt' or 'messages' column")
     p.add_argument("--output", required=True, help="Parquet file to write (appears whole or not at all)")
+    p.add_argument("--overwrite", action="store_true", help="replace --output if it exists (never the input)")
     p.add_argument("--backend", default="auto", choices=["auto", "cuda", "torch"])
     p.add_argument("--dtype", default="auto")
     p.add_argument("--max-tokens", type=int, default=256)
@@ -140,9 +168,10 @@ def run_cli(args: argparse.Namespace) -> int:
                 "top_p": args.top_p, "top_k": args.top_k}
     try:
         SamplingParams(**sampling)
-        # Fail on a missing/unknown input before the model loads.
-        next(iter(read_prompts(args.input)), None)
-    except (ValueError, InputError) as e:
+        # Everything that needs no model fails before it loads: the output path, then every row.
+        check_output_path(args.output, args.input, args.overwrite)
+        count_prompts(args.input)
+    except (ValueError, OSError) as e:   # InputError and GenerateError are ValueErrors
         raise UsageError(str(e)) from None
     try:
         llm = LLM(args.model, backend=args.backend, dtype=args.dtype, max_num_seqs=args.max_num_seqs,

@@ -46,13 +46,13 @@ def test_jsonl_csv_and_parquet_inputs_give_ordered_complete_outputs(tmp_path):
 
     csv_in = tmp_path / "in.csv"
     csv_in.write_text('id,prompt,messages\nx,Hello there,\ny,,"[{""role"": ""user"", ""content"": ""What is 2+2?""}]"\n')
-    assert run(tmp_path, csv_in)[0] == 0
+    assert run(tmp_path, csv_in, "--overwrite")[0] == 0   # replaces the JSONL run's output
     from_csv = pq.read_table(tmp_path / "out.parquet").to_pylist()
     assert [r["output_token_ids"] for r in from_csv] == [r["output_token_ids"] for r in got[:2]]
 
     pq_in = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist([{"id": "p", "prompt": "Hello there"}]), pq_in)
-    assert run(tmp_path, pq_in)[0] == 0
+    assert run(tmp_path, pq_in, "--overwrite")[0] == 0
     assert pq.read_table(tmp_path / "out.parquet").column("output_token_ids").to_pylist() == \
         [got[0]["output_token_ids"]]
 
@@ -61,7 +61,7 @@ def test_seeded_sampling_is_reproducible_per_row(tmp_path):
     inp = write_jsonl(tmp_path / "in.jsonl", [{"id": "r1", "prompt": "Once upon a time"}])
     runs = []
     for _ in range(2):
-        code, out = run(tmp_path, inp, "--temperature", "1.0", "--top-p", "0.9", "--seed", "7")
+        code, out = run(tmp_path, inp, "--temperature", "1.0", "--top-p", "0.9", "--seed", "7", "--overwrite")
         runs.append(pq.read_table(out).column("output_token_ids").to_pylist())
     assert code == 0 and runs[0] == runs[1]
 
@@ -116,7 +116,7 @@ def test_missing_or_unreadable_input(tmp_path, capsys, setup, message):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--temperature", "-1"], "temperature must be >= 0"),
+    (["--temperature", "-1"], "temperature must be a finite number >= 0"),
     (["--top-p", "0"], "top_p must be in (0, 1]"),
     (["--top-p", "1.01"], "top_p must be in (0, 1]"),
     (["--top-k", "-2"], "top_k must be an integer >= 0"),
