@@ -14,5 +14,5 @@ def tiny_model(tmp_path_factory, model_path) -> Path:
     from tests.test_model_sources import tiny_hf_weights, write_tiny_gguf
     real = GGUFFile(model_path)
     path = tmp_path_factory.mktemp("tiny-model") / "tiny.gguf"
-    write_tiny_gguf(path, real, tiny_hf_weights(len(real.fields["tokenizer.ggml.tokens"])), "F32")
+    write_tiny_gguf(path, real.fields, tiny_hf_weights(len(real.fields["tokenizer.ggml.tokens"])), "F32")
     return path
