@@ -62,13 +62,15 @@ def owner_alive(tag: str) -> bool:
     return _start_time(int(match["pid"])) == match["start"]
 
 
-def remove_dead_temporaries(directory: Path, target: str | None = None) -> None:
+def remove_dead_temporaries(directory: Path, target: str | None = None) -> int:
     """Removes the owned temporaries in `directory` (of `target` only, when given) whose owner
-    is gone; a temporary directory goes with its contents. A live owner's are left alone."""
+    is gone; a temporary directory goes with its contents. A live owner's are left alone.
+    Returns how many it removed."""
     try:
         entries = list(os.scandir(directory))
     except FileNotFoundError:
-        return
+        return 0
+    removed = 0
     for entry in entries:
         match = OWNED.fullmatch(entry.name)
         if not match or (target is not None and match["target"] != target) or owner_alive(match["owner"]):
@@ -77,3 +79,5 @@ def remove_dead_temporaries(directory: Path, target: str | None = None) -> None:
             shutil.rmtree(entry.path, ignore_errors=True)
         else:
             Path(entry.path).unlink(missing_ok=True)
+        removed += 1
+    return removed

@@ -15,6 +15,20 @@ from jobs.store import MetricRecord, RunRecord, open_store, upgrade
 from tests.pg_cluster import server_url
 
 EPOCH = datetime(2025, 1, 1, 2, 0)
+# A workloads file (ROADGATE_WORKLOADS_FILE) whose one workload runs in a second: for tests
+# that run the real `roadgate bench` many times.
+TINY_WORKLOAD = """\
+workloads:
+  tiny:
+    version: 1
+    description: two short prompts, two tokens each
+    prompts: {source: random_tokens, count: 2, input_len: [8, 8]}
+    output_len: [2, 2]
+    sampling: {temperature: 0, ignore_eos: true}
+    seed: 0
+    hardware: any
+    validity: {min_duration_s: 0.001, min_requests: 2}
+"""
 
 
 @pytest.fixture(scope="session")

@@ -34,7 +34,7 @@ from jobs.store import open_store, record_run, upgrade
 from jobs.store.check import find_strays
 from jobs.tempfiles import OWNED
 from tests.conftest import CHAT_PROMPTS
-from tests.store_support import metrics, nightly
+from tests.store_support import TINY_WORKLOAD, metrics, nightly
 from tests.tiny_model import tiny_model  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.slow
@@ -42,18 +42,6 @@ pytestmark = pytest.mark.slow
 KILLS = 10
 DAG_ID, RUN_ID = "batch_generation", "manual__faults"
 KEY = run_key(DAG_ID, RUN_ID)
-TINY_WORKLOAD = """\
-workloads:
-  tiny:
-    version: 1
-    description: two short prompts, two tokens each
-    prompts: {source: random_tokens, count: 2, input_len: [8, 8]}
-    output_len: [2, 2]
-    sampling: {temperature: 0, ignore_eos: true}
-    seed: 0
-    hardware: any
-    validity: {min_duration_s: 0.001, min_requests: 2}
-"""
 # Children come from a fork server that imported torch, the engine and the jobs once: they
 # start in milliseconds, and none inherits the test session's threads or open databases.
 FORKSERVER = multiprocessing.get_context("forkserver")

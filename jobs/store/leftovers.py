@@ -32,7 +32,7 @@ def remove_dead_leftovers(store: Store) -> None:
         run_id = directory.name.removeprefix("run_id=")
         if run_id in recorded:
             continue
-        remove_dead_temporaries(directory)
+        removed = remove_dead_temporaries(directory)
         requests = directory / "requests.parquet"
         if requests.exists():
             if owner_alive(writer_of(requests)):
@@ -42,5 +42,9 @@ def remove_dead_leftovers(store: Store) -> None:
                 if session.get(Run, run_id) is not None:
                     continue
             requests.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):   # not empty: a live writer's temporary is there
-            directory.rmdir()
+            removed += 1
+        # Only a directory this emptied goes: one found empty may be a live writer's that has
+        # not yet opened its temporary there (removing those failed concurrent benches' writes).
+        if removed:
+            with contextlib.suppress(OSError):   # not empty: a live writer's temporary is there
+                directory.rmdir()

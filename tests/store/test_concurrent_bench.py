@@ -11,25 +11,14 @@ from sqlalchemy import text
 
 from jobs.cli import main
 from jobs.store import open_store
+from tests.store_support import TINY_WORKLOAD
 
 BENCHES = 8
-TINY = """\
-workloads:
-  tiny:
-    version: 1
-    description: two short prompts, two tokens each
-    prompts: {source: random_tokens, count: 2, input_len: [8, 8]}
-    output_len: [2, 2]
-    sampling: {temperature: 0, ignore_eos: true}
-    seed: 0
-    hardware: any
-    validity: {min_duration_s: 0.001, min_requests: 2}
-"""
 
 
 @pytest.mark.slow
 def test_concurrent_benches_into_one_fresh_store_record_every_run(db_url, tmp_path, monkeypatch):
-    (tmp_path / "workloads.yaml").write_text(TINY)
+    (tmp_path / "workloads.yaml").write_text(TINY_WORKLOAD)
     root = tmp_path / "requests"
     env = {**os.environ, "ROADGATE_WORKLOADS_FILE": str(tmp_path / "workloads.yaml"), "ROADGATE_DB_URL": db_url,
            "ROADGATE_DATA_DIR": str(tmp_path / "data"), "ROADGATE_PARQUET_ROOT": str(root),
