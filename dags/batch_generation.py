@@ -33,8 +33,9 @@ from roadgate_common import RESULTS, gpu_task
         "num_shards": Param(1, type="integer", minimum=1, maximum=4096),
         "backend": Param("auto", type="string", enum=["auto", "cuda", "torch"]),
         "sampling": Param(
-            {"max_tokens": 256, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": 0}, type="object",
-            additionalProperties=False, required=["max_tokens"],
+            {}, type="object", additionalProperties=False,
+            description="fields given override the batch's defaults (greedy, 256 tokens, seed 0: "
+                        "jobs.batch.SAMPLING_DEFAULTS), they do not replace them",
             properties={"max_tokens": {"type": "integer", "minimum": 1},
                         "temperature": {"type": "number", "minimum": 0},
                         "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},

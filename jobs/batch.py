@@ -52,7 +52,10 @@ SHARD_INPUT_SCHEMA = pa.schema([
     ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
 ])
 RUN_ID_NAMESPACE = uuid.UUID("0f6b1f6a-3c2e-4d0b-9b8e-6f3f8f5a9c11")
-SAMPLING_KEYS = ("max_tokens", "temperature", "top_p", "top_k")
+# What a trigger's `sampling` fields are merged over (greedy: a batch's outputs are then
+# reproducible text; a partial {"max_tokens": 64} used to fall to SamplingParams' temperature 1).
+SAMPLING_DEFAULTS = {"max_tokens": 256, "temperature": 0.0, "top_p": 1.0, "top_k": 0}
+SAMPLING_KEYS = tuple(SAMPLING_DEFAULTS)
 # What the store's runs.workload says for a batch generation (it is not a bench workload).
 STORE_WORKLOAD = "batch-generation"
 
@@ -115,10 +118,11 @@ def parse_params(raw: dict) -> BatchParams:
     # Refuse URIs no worker can read now, not in a shard task later.
     _local_path(raw["input_uri"], "input_uri")
     _local_path(raw["output_uri"], "output_uri")
-    sampling = {k: v for k, v in (raw.get("sampling") or {}).items() if k != "seed"}
-    unknown = sorted(set(sampling) - set(SAMPLING_KEYS))
+    given = {k: v for k, v in (raw.get("sampling") or {}).items() if k != "seed"}
+    unknown = sorted(set(given) - set(SAMPLING_KEYS))
     if unknown:
         raise BatchError(f"sampling: unknown field(s) {', '.join(unknown)}; known: {', '.join(SAMPLING_KEYS)}, seed")
+    sampling = SAMPLING_DEFAULTS | given
     try:
         SamplingParams(**sampling)
     except (TypeError, ValueError) as e:

@@ -106,6 +106,12 @@ def params(tmp_path, **overrides) -> BatchParams:
     return parse_params(raw)
 
 
+def test_partial_sampling_params_merge_over_the_greedy_defaults(tmp_path):
+    p = params(tmp_path, sampling={"max_tokens": 64})          # what make demo-batch passes
+    assert (p.sampling, p.seed) == ({"max_tokens": 64, "temperature": 0.0, "top_p": 1.0, "top_k": 0}, 0)
+    assert params(tmp_path, sampling={"temperature": 0.7, "seed": 3}).sampling["max_tokens"] == 256
+
+
 def test_split_keeps_input_order_in_contiguous_shards_and_never_makes_an_empty_one(tmp_path):
     write_prompts(tmp_path / "in.jsonl", [f"r{i}" for i in range(7)])
     shards = split_input(params(tmp_path), "k1")
