@@ -89,3 +89,20 @@ def test_jobs_never_import_airflow():
     offenders = [str(p.relative_to(REPO)) for p in (REPO / "jobs").rglob("*.py")
                  if "import airflow" in p.read_text() or "from airflow" in p.read_text()]
     assert offenders == []
+
+
+def test_the_idle_loop_warning_of_dags_test_is_kept_once_a_minute(airflow_env):
+    import logging
+
+    from roadgate_common import OncePerMinute
+    now = [0.0]
+    quiet = OncePerMinute(clock=lambda: now[0])
+
+    def passes(message: str, at: float) -> bool:
+        now[0] = at
+        return quiet.filter(logging.LogRecord("airflow.sdk.definitions.dag", logging.WARNING, "", 0, message, (), None))
+
+    assert [passes("No tasks to run. unrunnable tasks: {preflight}", t) for t in (0, 1, 30, 59.9, 60, 61)] == [
+        True, False, False, False, True, False]
+    assert passes("preflight: noisy: load 1.90 busy CPUs ...", 61)   # everything else passes
+    assert any(isinstance(f, OncePerMinute) for f in logging.getLogger("airflow.sdk.definitions.dag").filters)
