@@ -189,7 +189,7 @@ def _cpu_model_and_isa() -> tuple[str, str | None]:
 
 def hardware_class(gpu_name: str | None = None) -> str:
     """This host's hardware class as roadmap rows name it: the GPU model's last word ("H200"), else
-    the CPU class ("cpu-avx512_bf16")."""
+    the CPU class ("cpu-avx512_bf16"). Without `gpu_name`, torch is asked for the GPU."""
     if gpu_name is None:
         import torch
         gpu_name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
@@ -219,7 +219,7 @@ def host_facts() -> dict:
                                         capture_output=True, text=True).stdout.strip())
     return {"host": socket.gethostname(), "cpu_name": cpu_name(), "gpu_name": gpu, "driver_version": driver,
             "cuda_version": torch.version.cuda if gpu else None,
-            "hardware_class": hardware_class(gpu) if gpu else cpu_class(), "git_sha": sha, "git_dirty": dirty,
+            "hardware_class": hardware_class(gpu), "git_sha": sha, "git_dirty": dirty,
             "code_hash": code_hash()}
 
 
