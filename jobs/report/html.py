@@ -26,11 +26,12 @@ RECENT_RUNS = 30
 INDEX = "index.html"
 
 STYLE = """
-body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #1d232a; max-width: 1100px; }
+body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #1d232a; max-width: 1400px; }
 h1 { font-size: 22px; margin-bottom: 2px; } h2 { margin-top: 32px; border-bottom: 1px solid #d0d7de; }
 h3 { font-size: 15px; margin: 18px 0 4px; } .meta { color: #57606a; }
 table { border-collapse: collapse; width: 100%; } th, td { padding: 4px 8px; border-bottom: 1px solid #eaeef2;
   text-align: left; vertical-align: top; } th { background: #f6f8fa; } td.num { text-align: right; white-space: nowrap; }
+td.when { white-space: nowrap; }
 code { font-size: 12px; } .status { font-weight: 600; padding: 1px 6px; border-radius: 4px; }
 .PASS { background: #dafbe1; color: #116329; } .GATING { background: #ffebe9; color: #a40e26; }
 .STALE { background: #fff8c5; color: #7d4e00; } .INVALID { background: #fbefff; color: #6e40c9; }
@@ -57,6 +58,44 @@ document.getElementById('only-open').addEventListener('change', function (event)
 """
 
 
+# Each table's columns: the header (with the unit where its cells share one) and, on hover, what it holds.
+ROADMAP_COLUMNS = [
+    ("Roadmap row", "the row's id in the roadmap file (a link to its history plot) and its title"),
+    ("Gate status", "PASS: the evidence meets the threshold; GATING: it does not; STALE: the evidence is older "
+                    "than the row allows; INVALID: the evidence run cannot be trusted for this row; "
+                    "NO_DATA: no run measured it"),
+    ("Latest value", "the row's metric in its evidence run, in the metric's unit"),
+    ("Threshold", "what the value must reach, in the metric's unit: a figure, or a multiple of the peer "
+                  "engine's figure in the same run (= what that came to)"),
+    ("Evidence run (id)", "the run the status rests on: the first 8 characters of its id (hover for all)"),
+    ("Evidence age (days)", "since the evidence run finished; red when older than the row allows"),
+    ("Reason", "why the row has its status"),
+]
+RUNS_COLUMNS = [
+    ("Started (UTC)", "when the run started"),
+    ("Run (id)", "the first 8 characters of the run's id (hover for all)"),
+    ("Kind · workload · hardware", "bench or generate (a batch); the workload it ran; the hardware class"),
+    ("Validity", "whether its figures can be trusted: failed, noisy host, unchecked host (no preflight), "
+                 "invalid measurement (the bench's own verdict), or valid"),
+    ("Run status", "how the run ended: ok, or how it failed"),
+    ("Preflight", "the host's load before the run: quiet, noisy, or skipped (not checked)"),
+    ("Lowest agreement (any engine, 0–1)", "the share of requests whose output matches the reference "
+                                           "engine's token for token: the lowest among the engines of the run, "
+                                           "peers included"),
+    ("Duration (s)", "from start to finish"),
+    ("Metrics (count)", "figures the run recorded"),
+    ("Commit (git sha)", "the commit that ran, its first 10 hex digits; +dirty: with uncommitted changes"),
+    ("Code hash (git tree)", "`git write-tree` of engine/, jobs/, cuda_src/ and dags/ as they were on disk: "
+                             "names the code also where the commit cannot (a dirty or copied tree)"),
+    ("Evidence for (row status)", "the roadmap rows whose status rests on this run"),
+]
+
+
+def _head(columns: list[tuple[str, str]]) -> str:
+    return "<thead><tr>" + "".join(f'<th title="{escape(tip)}">{escape(name)}</th>' for name, tip in columns) \
+        + "</tr></thead>"
+
+
 def _cell(value, cls: str = "") -> str:
     return f'<td class="{cls}">{escape(str(value))}</td>' if cls else f"<td>{escape(str(value))}</td>"
 
@@ -65,13 +104,9 @@ def _status(status: str) -> str:
     return f'<span class="status {escape(status)}">{escape(status)}</span>'
 
 
-def _run_ref(run_id: str | None) -> str:
-    return "—" if run_id is None else f'<code title="{escape(run_id)}">{escape(run_id[:8])}</code>'
-
-
-def _code_hash(code_hash: str | None) -> str:
-    # The files that ran (jobs.code_identity): names the code where a dirty or copied tree's commit cannot.
-    return "—" if code_hash is None else f'<code title="{escape(code_hash)}">{escape(code_hash[:10])}</code>'
+def _short_id(full: str | None, digits: int) -> str:
+    """A run id, commit or code hash cut short, whole on hover; — where none was recorded."""
+    return "—" if full is None else f'<code title="{escape(full)}">{escape(full[:digits])}</code>'
 
 
 def _reason(r, host_class: str | None) -> str:
@@ -87,7 +122,7 @@ def roadmap_table(board: list, now: datetime, host_class: str | None = None) -> 
     for r in board:
         unit = unit_of(r.metric, r.unit)
         age = age_days(r, now)
-        age_text = "—" if age is None else f"{age:.1f} d"
+        age_text = "—" if age is None else f"{age:.1f}"
         rows.append(
             f'<tr data-row="{escape(r.roadmap_row_id)}" data-status="{escape(r.status)}">'
             f'<td><a href="#plot-{escape(r.roadmap_row_id)}">{escape(r.roadmap_row_id)}</a>'
@@ -95,15 +130,13 @@ def roadmap_table(board: list, now: datetime, host_class: str | None = None) -> 
             f"<td>{_status(r.status)}</td>"
             + _cell(format_value(r.value, unit), "num")
             + _cell(format_target(r.comparison, r.threshold, r.peer_engine, r.target, unit), "num")
-            + f"<td>{_run_ref(r.run_id)}</td>"
+            + f"<td>{_short_id(r.run_id, 8)}</td>"
             + _cell(age_text, "num old" if age is not None and age > r.max_age_days else "num")
             + _cell(_reason(r, host_class))
             + "</tr>")
     return (
         '<label><input type="checkbox" id="only-open"> only rows that are not PASS</label>'
-        '<table id="roadmap"><thead><tr><th>Row</th><th>Status</th><th>Latest value</th><th>Threshold</th>'
-        "<th>Evidence run</th><th>Age</th><th>Reason</th></tr></thead><tbody>"
-        + "".join(rows) + "</tbody></table>")
+        f'<table id="roadmap">{_head(ROADMAP_COLUMNS)}<tbody>' + "".join(rows) + "</tbody></table>")
 
 
 def history_section(data: DashboardData) -> str:
@@ -140,26 +173,22 @@ def runs_table(data: DashboardData) -> str:
             verdicts[r.run_id].append(f"{r.roadmap_row_id} {r.status}")
     rows = []
     for run in data.recent_runs:
-        duration = (f"{(run.finished_at - run.started_at).total_seconds():,.0f} s"
+        duration = (f"{(run.finished_at - run.started_at).total_seconds():,.0f}"
                     if run.finished_at else "—")
         rows.append(
             f'<tr data-run="{escape(run.run_id)}">'
-            + _cell(format_time(run.started_at))
-            + f"<td>{_run_ref(run.run_id)}</td>"
+            + _cell(format_time(run.started_at), "when")
+            + f"<td>{_short_id(run.run_id, 8)}</td>"
             + _cell(f"{run.kind} · {run.workload} · {run.hardware_class}")
             + _cell(run.validity, run.validity.replace(" ", "-"))
             + _cell(run.run_status) + _cell(run.preflight_status)
             + _cell(format_value(run.agreement, "fraction"), "num") + _cell(duration, "num")
             + _cell(run.metric_count, "num")
-            + f"<td><code>{escape((run.git_sha or '—')[:10])}{'+dirty' if run.git_dirty else ''}</code></td>"
-            + f"<td>{_code_hash(run.code_hash)}</td>"
+            + f"<td>{_short_id(run.git_sha, 10)}{'+dirty' if run.git_dirty else ''}</td>"
+            + f"<td>{_short_id(run.code_hash, 10)}</td>"
             + _cell("; ".join(verdicts[run.run_id]) or "—")
             + "</tr>")
-    return ('<table id="runs"><thead><tr><th>Started (UTC)</th><th>Run</th><th>What</th><th>Validity</th>'
-            "<th>Status</th><th>Preflight</th>"
-            "<th title='among the engines of the run, peers included'>Lowest agreement (any engine)</th>"
-            "<th>Duration</th><th>Metrics</th><th>Commit</th>"
-            "<th>Code hash</th><th>Evidence for</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+    return f'<table id="runs">{_head(RUNS_COLUMNS)}<tbody>' + "".join(rows) + "</tbody></table>"
 
 
 def dashboard_html(data: DashboardData, now: datetime, host_class: str | None = None) -> str:

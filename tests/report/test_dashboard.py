@@ -1,11 +1,14 @@
 """The HTML dashboard: opened in headless Chromium, and its file written whole or not at all."""
 import json
 import os
+import re
+from html import escape
 from pathlib import Path
 
 import pytest
 
 from jobs.report import StoreNotReady, render_dashboard
+from jobs.report.html import ROADMAP_COLUMNS, RUNS_COLUMNS
 from jobs.store import open_store
 from tests.report.chromium import Page, chromium_binary
 from tests.report.history import CODE_HASH, NOW, ROWS, STATUS, build_history
@@ -106,3 +109,20 @@ def test_a_row_this_host_cannot_measure_says_so_instead_of_only_no_data(store, t
     row = page.split('data-row="ROAD-T-CPU"', 1)[1].split("</tr>", 1)[0]
     assert ("not measurable on this host (H200): measured on cpu hosts" in row) is says_not_here
     assert "NO_DATA" in row
+
+
+def test_every_column_says_what_it_is_and_every_row_fills_every_column(dashboard):
+    path, _ = dashboard
+    page = path.read_text()
+    for table, columns in [("roadmap", ROADMAP_COLUMNS), ("runs", RUNS_COLUMNS)]:
+        html = page.split(f'<table id="{table}">', 1)[1].split("</table>", 1)[0]
+        head, body = html.split("<tbody>", 1)
+        assert re.findall(r'<th title="([^"]+)">([^<]+)</th>', head) == [
+            (escape(tip), escape(name)) for name, tip in columns]
+        rows = body.split("</tr>")[:-1]
+        assert rows and all(row.count("<td") == len(columns) for row in rows), table
+    # Where a column's cells share a unit, the header names it and the cells are bare numbers.
+    assert {"Evidence age (days)", "Duration (s)", "Lowest agreement (any engine, 0–1)"} <= {
+        name for name, _ in ROADMAP_COLUMNS + RUNS_COLUMNS}
+    assert '<td class="num">300</td>' in page and " d</td>" not in page
+
