@@ -58,6 +58,8 @@ SAMPLING_DEFAULTS = {"max_tokens": 256, "temperature": 0.0, "top_p": 1.0, "top_k
 SAMPLING_KEYS = tuple(SAMPLING_DEFAULTS)
 # What the store's runs.workload says for a batch generation (it is not a bench workload).
 STORE_WORKLOAD = "batch-generation"
+# The code a shard ran, as bench records it (jobs.bench.host_facts: git state and jobs.code_identity's hash).
+CODE_FACTS = ("git_sha", "git_dirty", "code_hash")
 
 
 class BatchError(ValueError):
@@ -301,8 +303,8 @@ def generate_shard(shard: dict, params: BatchParams, key: str, *,
     part = Path(shard["part_path"])
     _owned(params.output_dir, key)
     host = host_facts()
-    facts = {"index": shard["index"], "rows": shard["rows"], "hardware_class": host["hardware_class"],
-             "host": host["host"]}
+    facts = {"index": shard["index"], "rows": shard["rows"],
+             **{k: host[k] for k in ("hardware_class", "host", *CODE_FACTS)}}
     if _committed_part(shard, key):
         log.info("shard %d: %s is already written by this run; skipped", shard["index"], part.name)
         return {**facts, "skipped": True, "engine_s": None, "output_tokens": _output_tokens(part)}
@@ -375,6 +377,7 @@ def commit_batch(shard_results: list[dict], params: BatchParams, key: str, dag_i
         config={"parameters": params.as_dict(), "input_sha256": claim["input"]["sha256"],
                 "hosts": sorted({r["host"] for r in shard_results})},
         id=str(uuid.uuid5(RUN_ID_NAMESPACE, key)), airflow_dag_id=dag_id, airflow_run_id=run_id,
+        **_shards_code(shard_results),
     ), [MetricRecord("ours", "wall_s", (finished - started).total_seconds(), count=total)]
        + ([MetricRecord("ours", "output_tok_s", tokens / engine_s, count=total)] if engine_s > 0 else []))
 
@@ -385,6 +388,17 @@ def commit_batch(shard_results: list[dict], params: BatchParams, key: str, dag_i
     _write_json(output / MANIFEST, manifest)
     _remove_leftovers(output, staging)
     return manifest
+
+
+def _shards_code(shard_results: list[dict]) -> dict:
+    """The code every shard ran; none where they differ (workers with other checkouts): a run records one.
+    A skipped shard reports the code of the attempt that skipped it, not of the one that wrote its part."""
+    # .get: results of shards that ran before they reported their code have none.
+    codes = {tuple(r.get(k) for k in CODE_FACTS) for r in shard_results}
+    if len(codes) == 1:
+        return dict(zip(CODE_FACTS, codes.pop()))
+    log.warning("the shards ran different code %s; the run records no commit or code hash", sorted(codes, key=str))
+    return {}
 
 
 def _remove_leftovers(output: Path, staging: Path) -> None:

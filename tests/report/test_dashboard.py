@@ -10,8 +10,10 @@ import pytest
 from jobs.report import StoreNotReady, render_dashboard
 from jobs.report.html import ROADMAP_COLUMNS, RUNS_COLUMNS
 from jobs.store import open_store
+from tests.conftest import CHAT_PROMPTS
 from tests.report.chromium import Page, chromium_binary
 from tests.report.history import CODE_HASH, NOW, ROWS, STATUS, build_history
+from tests.tiny_model import tiny_model  # noqa: F401  (a fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 # Where the screenshot is kept: $ROADGATE_TEST_ARTIFACTS, else tests/artifacts/ (git-ignored).
@@ -126,3 +128,31 @@ def test_every_column_says_what_it_is_and_every_row_fills_every_column(dashboard
         name for name, _ in ROADMAP_COLUMNS + RUNS_COLUMNS}
     assert '<td class="num">300</td>' in page and " d</td>" not in page
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shards_agree", [True, False])
+def test_a_batch_run_shows_the_commit_and_code_hash_its_shards_ran(store, tmp_path, tiny_model, monkeypatch,
+                                                                    shards_agree):
+    import jobs.bench
+    from jobs.batch import commit_batch, generate_shard, parse_params, run_key, split_input
+
+    # The code each shard reports (host_facts, as bench records it): the same, or another on the second shard.
+    codes = iter([("a1" * 20, True, "c0de" * 10), ("a1" * 20, True, "c0de" * 10 if shards_agree else "beef" * 10)])
+    monkeypatch.setattr(jobs.bench, "host_facts", lambda: dict(
+        zip(("git_sha", "git_dirty", "code_hash"), next(codes)), host="worker-1", hardware_class="cpu"))
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(CHAT_PROMPTS.read_text().splitlines(keepends=True)[:2]))
+    params = parse_params({"model": str(tiny_model), "input_uri": str(prompts), "output_uri": str(tmp_path / "out"),
+                           "num_shards": 2, "backend": "torch", "sampling": {"max_tokens": 2}})
+    key = run_key("batch_generation", "manual__1")
+    results = [generate_shard(shard, params, key) for shard in split_input(params, key)]
+    run_id = commit_batch(results, params, key, "batch_generation", "manual__1", store=store)["store_run_id"]
+
+    page = render_dashboard(store, tmp_path / "site", now=NOW).read_text()
+    row = page.split(f'<tr data-run="{run_id}">', 1)[1].split("</tr>", 1)[0]
+    assert "<td>generate · batch-generation · cpu</td>" in row
+    if shards_agree:
+        assert (f'<td><code title="{"a1" * 20}">{"a1" * 5}</code>+dirty</td>'
+                f'<td><code title="{"c0de" * 10}">{"c0de" * 2}c0</code></td>') in row
+    else:   # a run records one code: none rather than one shard's
+        assert "<td>—</td><td>—</td>" in row
