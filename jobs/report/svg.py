@@ -74,6 +74,18 @@ def _defined_runs(ys: np.ndarray) -> list[slice]:
     return [slice(start, stop) for start, stop in zip(edges[::2], edges[1::2])]
 
 
+def _target_lines(xs: np.ndarray, ys: np.ndarray) -> list[str]:
+    """The target through each run of defined values, held level out to halfway to the neighbouring
+    points, and to the plot's edges past the first and last: a lone target is a line, not a dash."""
+    bounds = np.concatenate([[LEFT], (xs[:-1] + xs[1:]) / 2, [WIDTH - RIGHT]])  # point i spans bounds[i:i + 2]
+    lines = []
+    for run in _defined_runs(ys):
+        run_xs = np.concatenate([[bounds[run.start]], xs[run], [bounds[run.stop]]])
+        run_ys = np.concatenate([[ys[run.start]], ys[run], [ys[run.stop - 1]]])
+        lines.append(_polyline(run_xs, run_ys, "target"))
+    return lines
+
+
 def history_plot(row_id: str, points: list, change_points: list, evidence_run_id: str | None,
                  unit: str | None, label: str) -> str:
     """One roadmap row's metric over time, its target, and the change points detected in it.
@@ -114,11 +126,7 @@ def history_plot(row_id: str, points: list, change_points: list, evidence_run_id
             f'<line class="change-point {kind}" x1="{cx:.1f}" x2="{cx:.1f}" y1="{TOP}" y2="{HEIGHT - BOTTOM}">'
             f'<title>{kind} {cp.change_percent:+.1f}% ({format_value(cp.mean_before, unit)} → '
             f'{format_value(cp.mean_after, unit)}) from {format_time(cp.after_started_at)}</title></line>')
-    for run in _defined_runs(targets):
-        run_xs, run_ys = xs[run], target_ys[run]
-        if len(run_xs) == 1:  # one defined target: a short tick, so it still shows
-            run_xs, run_ys = np.array([run_xs[0] - 2, run_xs[0] + 2]), np.repeat(run_ys, 2)
-        parts.append(_polyline(run_xs, run_ys, "target"))
+    parts += _target_lines(xs, target_ys)
     parts.append(_polyline(xs, value_ys, "series"))
     if len(points) <= 60:  # few enough to mark each one
         parts += [f'<circle class="point" cx="{px:.1f}" cy="{py:.1f}" r="2.5"><title>'

@@ -19,7 +19,12 @@ REPO = Path(__file__).resolve().parents[2]
 # Where the screenshot is kept: $ROADGATE_TEST_ARTIFACTS, else tests/artifacts/ (git-ignored).
 ARTIFACTS = Path(os.environ.get("ROADGATE_TEST_ARTIFACTS") or REPO / "tests" / "artifacts")
 
-PLOTS = """JSON.stringify(Array.from(document.querySelectorAll('svg.plot')).map(function (svg) {
+PLOTS = """function span(marks) {   // [left, right] of what the marks cover on the page
+  var boxes = Array.from(marks).map(function (m) { return m.getBoundingClientRect(); });
+  return boxes.length ? [Math.min.apply(null, boxes.map(function (b) { return b.left; })),
+                         Math.max.apply(null, boxes.map(function (b) { return b.right; }))] : null;
+}
+JSON.stringify(Array.from(document.querySelectorAll('svg.plot')).map(function (svg) {
   var box = svg.getBoundingClientRect();
   var series = svg.querySelector('polyline.series');
   return {kind: svg.classList.contains('history') ? 'history' : 'latency',
@@ -30,6 +35,7 @@ PLOTS = """JSON.stringify(Array.from(document.querySelectorAll('svg.plot')).map(
           boxes: Array.from(svg.querySelectorAll('rect.box')).filter(function (r) {
             return r.getBoundingClientRect().width > 0; }).length,
           changePoints: svg.querySelectorAll('line.change-point').length,
+          frame: span(svg.querySelectorAll('rect.frame')), target: span(svg.querySelectorAll('polyline.target')),
           empty: svg.querySelector('text.empty') !== null};
 }))"""
 ROADMAP = """JSON.stringify(Array.from(document.querySelectorAll('#roadmap tbody tr')).map(function (tr) {
@@ -74,6 +80,8 @@ def test_dashboard_in_headless_chromium(dashboard):
             assert (plot["marks"], plot["points"], plot["empty"]) == (0, 0, True)
         else:
             assert plot["marks"] > 0 and plot["points"] == plot["marks"] and plot["seriesWidth"] > 100, plot
+            # The target reaches across the frame, however few the points.
+            assert plot["target"] == pytest.approx(plot["frame"], abs=1.5), plot
     assert history["ROAD-T-TPUT"]["changePoints"] == 1 and history["ROAD-T-AGREE"]["changePoints"] == 0
     latency = {p["id"]: p for p in plots if p["kind"] == "latency"}
     assert {k: (p["marks"], p["boxes"]) for k, p in latency.items()} == {"ttft": (3, 3), "tpot": (2, 2), "itl": (2, 2)}
