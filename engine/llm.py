@@ -13,6 +13,7 @@ from engine.model_runner import ModelRunner
 from engine.model_source import resolve
 from engine.ops import make_ops, select_backend
 from engine.outputs import RequestOutput
+from engine.progress import ProgressLine
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
@@ -239,7 +240,7 @@ class LLM:
 
     def generate(self, prompts: Prompt | Seq[Prompt],
                  sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
-                 use_tqdm: bool = False) -> list[RequestOutput]:
+                 show_progress: bool = False) -> list[RequestOutput]:
         """Generate for every prompt; outputs in prompt order."""
         if isinstance(prompts, str) or (isinstance(prompts, list) and prompts
                                         and isinstance(prompts[0], (int, dict))):
@@ -253,17 +254,20 @@ class LLM:
             params = [sampling_params or SamplingParams()] * len(prompts)
         # Validate everything before any work starts, so bad input loses nothing.
         encoded = [self.encode_prompt(p) for p in prompts]
-        return list(self.stream(zip(encoded, params), max_in_flight=len(prompts) or 1, use_tqdm=use_tqdm))
+        return list(self.stream(zip(encoded, params), max_in_flight=len(prompts) or 1,
+                                show_progress=show_progress))
 
     def stream(self, requests: Iterable[tuple[Prompt, SamplingParams]], max_in_flight: int | None = None,
-               use_tqdm: bool = False, total: int | None = None) -> Iterator[RequestOutput]:
+               show_progress: bool = False, total: int | None = None) -> Iterator[RequestOutput]:
         """Generate for a (possibly endless) stream of requests, yielding outputs
-        in input order while holding at most `max_in_flight` requests."""
+        in input order while holding at most `max_in_flight` requests. `show_progress`
+        draws a status line on stderr; `total`, the number of requests, gives it an ETA."""
         window = max_in_flight or 4 * self.scheduler.max_num_seqs
         pending: deque[Sequence] = deque()    # added, not yet yielded, in input order
         source = iter(requests)
         exhausted = False
-        bar = _progress(use_tqdm, total)
+        progress = ProgressLine(total) if show_progress else None
+        yielded = yielded_tokens = 0
         try:
             while True:
                 while not exhausted and len(pending) < window:
@@ -274,14 +278,19 @@ class LLM:
                         break
                     pending.append(self.add_request(prompt, params))
                 while pending and pending[0].is_finished:
-                    bar.update(1)
-                    yield self._output(pending.popleft())
+                    out = self._output(pending.popleft())
+                    yielded += 1
+                    yielded_tokens += len(out.token_ids)
+                    yield out
                 if not pending and exhausted:
                     return
                 if self.has_unfinished():
                     self.step()
+                if progress:
+                    progress.update(yielded, yielded_tokens, pending)
         finally:
-            bar.close()
+            if progress:
+                progress.close(yielded, yielded_tokens)
 
     def memory_report(self) -> dict:
         """GPU bytes by owner: weights (with the RoPE table), the KV cache,
@@ -307,7 +316,3 @@ class LLM:
                 **{f"host_{phase}_s": seconds for phase, seconds in self.host_time.items()},
                 "kv_cache_blocks": self.block_manager.num_blocks, "block_size": self.block_size}
 
-
-def _progress(enabled: bool, total: int | None):
-    from tqdm import tqdm
-    return tqdm(total=total, disable=not enabled, unit="req", dynamic_ncols=True)

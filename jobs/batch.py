@@ -432,12 +432,18 @@ def _verified_manifest(output: Path) -> dict:
     return manifest
 
 
-def read_committed(output_uri: str) -> pa.Table:
-    """The committed batch, parts in shard order, each checked against the manifest's sha256
-    (the bytes read are the bytes checked); refuses an output with no manifest."""
+def read_manifest(output_uri: str) -> dict:
+    """A committed batch's manifest; refuses an output with no manifest (not committed, or not a batch)."""
     output = _local_path(output_uri, "output_uri")
     manifest_path = output / MANIFEST
     if not manifest_path.exists():
         raise BatchError(f"{output}: no {MANIFEST}; the batch is not committed")
-    manifest = json.loads(manifest_path.read_text())
+    return json.loads(manifest_path.read_text())
+
+
+def read_committed(output_uri: str) -> pa.Table:
+    """The committed batch, parts in shard order, each checked against the manifest's sha256
+    (the bytes read are the bytes checked); refuses an output with no manifest."""
+    output = _local_path(output_uri, "output_uri")
+    manifest = read_manifest(output_uri)
     return pa.concat_tables([pq.read_table(pa.BufferReader(_verified_part(output, p))) for p in manifest["parts"]])

@@ -12,16 +12,30 @@ import logging
 import os
 import sys
 
-COMMANDS = ["jobs.generate", "jobs.bench", "jobs.store_cli", "jobs.preflight", "jobs.report_cli"]
+COMMANDS = ["jobs.generate", "jobs.bench", "jobs.store_cli", "jobs.preflight", "jobs.report_cli", "jobs.batch_cli"]
 
 
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit status 2."""
 
 
+class DefaultsShownFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each flag's help ends with its default, unless there is none to show (unset, or an off switch)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False:   # not `in`: 0 == False
+            return action.help
+        return super()._get_help_string(action)
+
+
+class SubcommandParser(argparse.ArgumentParser):
+    def __init__(self, *args, formatter_class=DefaultsShownFormatter, **kwargs):
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="roadgate", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=SubcommandParser)
     for name in COMMANDS:
         importlib.import_module(name).register(sub)
     return parser

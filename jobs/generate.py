@@ -96,7 +96,7 @@ def generate_file(llm, source: Callable[[], Iterator[PromptRow]], output_path: s
 
     with atomic_parquet_writer(output_path, schema) as writer:
         buffer = []
-        for out in llm.stream(engine_requests(), use_tqdm=progress, total=total):
+        for out in llm.stream(engine_requests(), show_progress=progress, total=total):
             row = pending.popleft()
             buffer.append(_output_record(row, out))
             if len(buffer) >= row_group_size:
@@ -143,20 +143,29 @@ def check_output_path(output: str, input_path: str, overwrite: bool) -> None:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("generate", help="generate for a prompts file (JSONL, CSV or Parquet) into Parquet")
-    p.add_argument("--model", required=True, help="alias, GGUF path, HF folder or dummy:<preset>")
-    p.add_argument("--input", required=True, help="prompts file with a 'prompt' or 'messages' column")
-    p.add_argument("--output", required=True, help="Parquet file to write (appears whole or not at all)")
+    p = sub.add_parser("generate", help="generate for a prompts file (JSONL, CSV or Parquet) into Parquet",
+                       description="Generate one output per prompt row into a Parquet file that appears "
+                                   "whole or not at all. Bad input exits with status 2, writing nothing.")
+    p.add_argument("--model", required=True,
+                   help="alias (smollm2-135m-instruct), GGUF path, Hugging Face folder or dummy:<preset>")
+    p.add_argument("--input", required=True,
+                   help="prompts file (.jsonl, .csv or .parquet) with a 'prompt' or 'messages' column "
+                        "and an optional 'id'")
+    p.add_argument("--output", required=True, help="Parquet file to write")
     p.add_argument("--overwrite", action="store_true", help="replace --output if it exists (never the input)")
-    p.add_argument("--backend", default="auto", choices=["auto", "cuda", "torch"])
-    p.add_argument("--dtype", default="auto")
-    p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-num-seqs", type=int, default=256)
-    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--backend", default="auto", choices=["auto", "cuda", "torch"],
+                   help="auto: cuda where a GPU, PyCUDA and nvcc exist, else torch")
+    p.add_argument("--dtype", default="auto",
+                   help="float32, bfloat16 or float16; auto: bfloat16 on a GPU, float32 on CPU")
+    p.add_argument("--max-tokens", type=int, default=256, help="most output tokens per row")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 keeps every token)")
+    p.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest tokens (0: all)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="job seed; each row's seed derives from it and the row id")
+    p.add_argument("--max-num-seqs", type=int, default=256, help="most requests in one engine step")
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="longest prompt plus output, in tokens (default: the model's context length)")
     p.set_defaults(func=run_cli)
 
 

@@ -31,7 +31,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 from sqlalchemy import Engine, event
-from tqdm import tqdm
 
 import engine.llm
 from jobs.atomic import atomic_parquet_writer
@@ -40,9 +39,6 @@ from jobs.cli import main
 from jobs.store.parquet import write_requests
 from jobs.tempfiles import owned_name
 
-# The engine's progress bar makes tqdm's multiprocessing lock on first use: made here, in the
-# fork server, and not in each child, where a SIGKILL would leak its semaphore.
-tqdm.get_lock()
 FILE_EVENTS = {"open", "os.rename", "os.link", "os.remove", "os.rmdir", "os.mkdir", "os.scandir", "os.listdir",
                "shutil.rmtree"}
 

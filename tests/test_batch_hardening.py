@@ -165,3 +165,18 @@ def test_reading_a_committed_batch_checks_every_part_against_the_manifest(params
     with pytest.raises(BatchError, match="part-00001-of-00002.parquet is missing"):
         read_committed(p.output_uri)
     assert json.loads((p.output_dir / "_manifest.json").read_text()) == manifest
+
+
+def test_batch_show_summarizes_a_committed_batch_and_refuses_one_that_is_not(params, default_store, capsys):
+    from jobs.cli import main
+    p = params()
+    assert main(["batch", "show", p.output_uri]) == 2
+    assert "no _manifest.json; the batch is not committed" in capsys.readouterr().err
+    manifest = run_batch(p, "manual__1")
+    assert main(["batch", "show", p.output_uri]) == 0
+    shown = capsys.readouterr().out
+    assert f"{p.output_uri}: 4 rows, {manifest['output_tokens']} output tokens in 2 parts" in shown
+    assert manifest["store_run_id"] in shown and "row " in shown
+    (p.output_dir / manifest["parts"][0]["path"]).write_bytes(b"not parquet")
+    assert main(["batch", "show", p.output_uri]) == 2
+    assert "its sha256 is not the manifest's" in capsys.readouterr().err
