@@ -39,6 +39,9 @@ NIGHTLY_CONF ?= {}
 # `dags test` runs no scheduler, so nothing consumes the nightly's results asset event:
 # gate_evaluation (evaluate the gates, print their status, render the dashboard) runs after it.
 demo: setup
+	@echo "demo: the nightly first waits for a quiet host (below 1 busy CPU for 30 s; it says what it measured"
+	@echo "      at every poke, and waits up to 6 h). On a busy machine start anyway, stored but never evidence:"
+	@echo "      make demo NIGHTLY_CONF='{\"preflight\": {\"load_threshold\": 64}}'"
 	$(AIRFLOW) db migrate > /dev/null
 	$(AIRFLOW) dags test nightly_benchmark --conf '$(NIGHTLY_CONF)'
 	$(AIRFLOW) dags test gate_evaluation
@@ -47,6 +50,7 @@ BATCH_CONF ?= {"input_uri": "jobs/data/chat_prompts.jsonl", "output_uri": "$(DAT
 demo-batch: setup
 	$(AIRFLOW) db migrate > /dev/null
 	$(AIRFLOW) dags test batch_generation --conf '$(BATCH_CONF)'
+	$(BIN)/roadgate batch show $(DATA)/example_batch
 
 test: setup
 	$(BIN)/python -m pytest -q -m "not gpu" $(PYTEST_ARGS)
