@@ -15,6 +15,8 @@ every token's time.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
 
 import torch
@@ -40,8 +42,28 @@ def load(model_path, device: str, dtype: torch.dtype):
     from engine.model_source import alias_path
     path = alias_path(str(model_path))
     tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype).to(device)
+    with _no_load_progress_bars():
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype).to(device)
     return model.eval(), tok
+
+
+@contextlib.contextmanager
+def _no_load_progress_bars():
+    """Loading a GGUF, transformers draws two progress bars ("Converting and de-quantizing GGUF
+    tensors", "Loading weights"), redrawn a few hundred times into every bench's and nightly
+    task's log for a load of seconds. Turned off for the load only: transformers' switch
+    covers the second; the first is plain tqdm, so the GGUF loader gets one that is disabled."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_loader
+    from transformers.utils import logging as hf_logging
+    bars_were_on, gguf_tqdm = hf_logging.is_progress_bar_enabled(), gguf_loader.tqdm
+    hf_logging.disable_progress_bar()
+    gguf_loader.tqdm = functools.partial(gguf_tqdm, disable=True)
+    try:
+        yield
+    finally:
+        gguf_loader.tqdm = gguf_tqdm
+        if bars_were_on:
+            hf_logging.enable_progress_bar()
 
 
 def run(workload: Workload, model: str, device: str = "cpu", batch_size: int = 256,
