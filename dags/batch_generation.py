@@ -63,7 +63,8 @@ def batch_generation():
     @task(outlets=[RESULTS])
     def commit(results: list[dict], batch: dict, key: str, dag_run=None, outlet_events=None) -> dict:
         from jobs.batch import BatchParams, commit_batch
-        manifest = commit_batch(list(results), BatchParams(**batch), key, dag_run.dag_id, dag_run.run_id)
+        # results[:]: one request for every shard's result (iterating logs "XCom not found" at its end).
+        manifest = commit_batch(results[:], BatchParams(**batch), key, dag_run.dag_id, dag_run.run_id)
         outlet_events[RESULTS].extra = {"kind": "generate", "run_ids": [manifest["store_run_id"]]}
         return {k: manifest[k] for k in ("store_run_id", "rows", "output_tokens")}
 
