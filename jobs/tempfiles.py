@@ -29,7 +29,7 @@ def _host() -> str:
     return f"{re.sub(r'[^A-Za-z0-9-]', '-', socket.gethostname())}-{namespace}"
 
 
-def _start_time(pid: int) -> str | None:
+def process_start_time(pid: int) -> str | None:
     """When process `pid` started (clock ticks since boot); None when there is no such process,
     or only its zombie, which writes nothing more."""
     try:
@@ -41,7 +41,7 @@ def _start_time(pid: int) -> str | None:
 
 def owner() -> str:
     """This process, as temporary names carry it (computed per call: a fork is another owner)."""
-    return f"{_host()}~{os.getpid()}~{_start_time(os.getpid()) or 0}"
+    return f"{_host()}~{os.getpid()}~{process_start_time(os.getpid()) or 0}"
 
 
 def owned_prefix(target: str) -> str:
@@ -59,7 +59,7 @@ def owner_alive(tag: str) -> bool:
     match = OWNER.fullmatch(tag)
     if not match or not _PROC or match["host"] != _host():
         return True   # not ours to judge: another host's process, or no way to tell
-    return _start_time(int(match["pid"])) == match["start"]
+    return process_start_time(int(match["pid"])) == match["start"]
 
 
 def remove_dead_temporaries(directory: Path, target: str | None = None) -> int:
