@@ -8,13 +8,14 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 DATA ?= data
 
-.PHONY: setup system-packages demo demo-batch test test-gpu
+.PHONY: setup system-packages demo demo-batch test test-gpu cluster cluster-down
 setup: $(VENV)/.installed
 
 # Debian packages: Chromium for the dashboard test, cmake and a C++ compiler for
-# llama.cpp (built from source by pip), PostgreSQL's server binaries for the store tests'
-# private cluster (tests/pg_cluster.py; no server needs to run). Installed when missing if we are root.
-SYSTEM_COMMANDS := chromium cmake g++
+# llama.cpp (built from source by pip), PostgreSQL's server binaries and redis-server for the
+# private servers of the store tests and `make cluster` (cluster/servers.py; no server needs
+# to run). Installed when missing if we are root.
+SYSTEM_COMMANDS := chromium cmake g++ redis-server
 system-packages:
 	@missing=""; for c in $(SYSTEM_COMMANDS); do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || missing="$$missing postgresql"; \
@@ -57,3 +58,13 @@ test: setup
 
 test-gpu: setup
 	$(BIN)/python -m pytest -q -m gpu $(PYTEST_ARGS)
+
+# Airflow 3 with the CeleryExecutor on this machine, as docker/compose.yaml deploys it and from
+# its settings (docker/airflow.env): private PostgreSQL and Redis, api-server, scheduler,
+# dag-processor, triggerer, a default-queue and a `gpu`-queue worker; state, data and logs in
+# .cluster/. CLUSTER_ARGS='--set KEY=VALUE' lays a setting over the file's.
+cluster: setup
+	$(BIN)/python -m cluster up $(CLUSTER_ARGS)
+
+cluster-down:
+	$(BIN)/python -m cluster down

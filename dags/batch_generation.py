@@ -9,8 +9,6 @@ trigger is refused before any task runs.
 """
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pendulum
 from airflow.sdk import Param, dag, task
 
@@ -55,7 +53,8 @@ def batch_generation():
         from jobs.batch import BatchParams, split_input
         return split_input(BatchParams(**batch), key)
 
-    @gpu_task(retries=2, retry_delay=timedelta(minutes=1))
+    # The retry delay is the deployment's ([core] default_task_retry_delay, docker/airflow.env).
+    @gpu_task(retries=2)
     def generate(shard: dict, batch: dict, key: str) -> dict:
         from jobs.batch import BatchParams, generate_shard
         return generate_shard(shard, BatchParams(**batch), key)

@@ -2,20 +2,28 @@
 
     parse_params -> split_input -> generate_shard per shard (one GPU each) -> commit_batch
 
-Output layout under the output directory (local path or file:// URI):
+Output layout under the output directory (a local path or file:// URI, or an object-store
+prefix such as s3://bucket/prefix: jobs.storage):
 
     _claim.json                       the DAG run the directory belongs to, and its input's size and sha256
     part-00000-of-00003.parquet ...   one per shard, each written atomically, never replaced
+                                      (on an object store part-00000-of-00003-<attempt>.parquet)
     _manifest.json                    written last: the batch is committed when it exists
-    _staging/<run key>/               the shards' inputs and attempts, removed at commit
+    _staging/<run key>/               the shards' inputs and the split, removed at commit
 
 The first split claims the directory for its DAG run; a task of any other run is refused
 there, and a retried split that finds the input changed fails instead of mixing rows of
 two inputs. Every part carries its DAG run's key in its Parquet footer. A shard is
-generated into an attempt directory of its own and published by a hard link, which never
-replaces a part: a shard whose part is already there is skipped, so a retried, re-run or
-duplicated task never writes a row twice. A killed task leaves only temporary files named
-after their process (jobs.tempfiles); commit removes those whose process is gone.
+generated into an attempt directory of its own and published without replacing anything
+(jobs.storage's publish): locally by a hard link to the part's name, which a duplicate
+attempt cannot replace; on an object store, which has no create-if-absent, by an upload to a
+key of the attempt's own, beside any other attempt's. A shard whose part this run already
+published is skipped; the manifest names the one part per shard that counts (the one its
+generate task reported), commit removes the others, and readers trust only the manifest
+(read_committed checks every part's sha256), so a retried, re-run or duplicated task never
+delivers a row twice. A killed task leaves only temporary files named after their process
+(jobs.tempfiles; for an object store, on the worker's own disk): the shard's next attempt
+and the commit remove those whose process is gone.
 """
 from __future__ import annotations
 
@@ -23,7 +31,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import re
 import time
 import uuid
@@ -36,8 +43,8 @@ from urllib.parse import unquote, urlsplit
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.atomic import atomic_parquet_writer
 from jobs.prompts_io import InputError, count_prompts, read_prompts
+from jobs.storage import LocalPath, Location, StorageError, location, write_table
 from jobs.tempfiles import owned_name, remove_dead_temporaries
 
 log = logging.getLogger(__name__)
@@ -78,36 +85,27 @@ class BatchParams:
     row_group_size: int = 256
 
     @property
-    def input_path(self) -> Path:
-        return _local_path(self.input_uri, "input_uri")
+    def input(self) -> Location:
+        return _location(self.input_uri, "input_uri")
 
     @property
-    def output_dir(self) -> Path:
-        return _local_path(self.output_uri, "output_uri")
+    def output(self) -> Location:
+        return _location(self.output_uri, "output_uri")
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def _local_path(uri: str, what: str) -> Path:
-    """The local path a path or file:// URI names. Refused: other schemes, a file URI naming
-    another host (it would silently mean this host's path), a query or fragment (an
-    unescaped ? or # in a file name), and '..' segments (through a symlink they name
-    another place than they seem to)."""
-    path = uri
-    if uri.startswith("file:"):
-        parts = urlsplit(uri)
-        if parts.netloc not in ("", "localhost"):
-            raise BatchError(f"{what}: {uri!r} names host {parts.netloc!r}; only this host's files "
-                             "(file:///path) are supported")
-        if parts.query or parts.fragment:
-            raise BatchError(f"{what}: {uri!r} has a query or fragment; percent-encode ? and # in file names")
-        path = unquote(parts.path)
-    elif "://" in uri:
-        raise BatchError(f"{what}: only local paths and file:// URIs are supported so far, got {uri!r}")
-    if ".." in PurePosixPath(path).parts:
+def _location(uri: str, what: str) -> Location:
+    """What a path or URI names (jobs.storage.location, which refuses a query, a fragment or
+    a file URI of another host), or BatchError. Refused here too: '..' segments (through a
+    symlink they name another place than they seem to; an object store keeps them as they are)."""
+    if ".." in PurePosixPath(unquote(urlsplit(uri).path)).parts:
         raise BatchError(f"{what}: {uri!r} has a '..' segment; give the path it stands for")
-    return Path(path)
+    try:
+        return location(uri, what)
+    except StorageError as e:
+        raise BatchError(str(e)) from None
 
 
 def parse_params(raw: dict) -> BatchParams:
@@ -117,9 +115,12 @@ def parse_params(raw: dict) -> BatchParams:
     missing = [name for name in ("model", "input_uri", "output_uri", "num_shards") if raw.get(name) in (None, "")]
     if missing:
         raise BatchError(f"missing parameter(s): {', '.join(missing)}")
-    # Refuse URIs no worker can read now, not in a shard task later.
-    _local_path(raw["input_uri"], "input_uri")
-    _local_path(raw["output_uri"], "output_uri")
+    # Refuse URIs no worker can use now, not in a shard task later.
+    for what in ("input_uri", "output_uri"):
+        try:
+            _location(raw[what], what).check_reachable()
+        except StorageError as e:
+            raise BatchError(f"{what}: {e}") from None
     given = {k: v for k, v in (raw.get("sampling") or {}).items() if k != "seed"}
     unknown = sorted(set(given) - set(SAMPLING_KEYS))
     if unknown:
@@ -147,57 +148,59 @@ def part_name(index: int, num_shards: int) -> str:
     return f"part-{index:05d}-of-{num_shards:05d}.parquet"
 
 
-def _part_run_key(path: Path) -> str | None:
-    metadata = pq.read_schema(path).metadata or {}
-    value = metadata.get(RUN_KEY_META)
+def _footer(part: Location) -> pq.FileMetaData | None:
+    """A part's Parquet footer; None where there is no file, or it has none (not Parquet, or an
+    upload cut short)."""
+    try:
+        with part.open() as f:
+            return pq.read_metadata(f)
+    except (FileNotFoundError, pa.ArrowInvalid):
+        return None
+
+
+def _part_run_key(part: Location) -> str | None:
+    footer = _footer(part)
+    value = (footer.metadata or {}).get(RUN_KEY_META) if footer else None
     return value.decode() if value is not None else None
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
+def _pin(place: Location) -> dict:
+    """A file's size and sha256, as the claim pins the input and the manifest each part."""
+    digest, size = hashlib.sha256(), 0
+    with place.open() as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
-    return digest.hexdigest()
+            size += len(block)
+    return {"bytes": size, "sha256": digest.hexdigest()}
 
 
-def _input_pin(path: Path) -> dict:
-    return {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+def _json(doc: dict) -> bytes:
+    return (json.dumps(doc, indent=1) + "\n").encode()
 
 
-def _write_json(path: Path, doc: dict, *, exclusive: bool = False) -> None:
-    """`doc` at `path`, whole or not at all: written and synced under a temporary name, then
-    renamed into place, or with `exclusive` linked there (FileExistsError if `path` exists)."""
-    tmp = path.parent / owned_name(path.name)
-    try:
-        with open(tmp, "x") as f:
-            f.write(json.dumps(doc, indent=1) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.link(tmp, path) if exclusive else os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+def _read_json(place: Location) -> dict:
+    return json.loads(place.read_bytes())
 
 
-def _refuse_foreign_output(output: Path, key: str) -> None:
+def _refuse_foreign_output(output: Location, key: str) -> None:
     """A directory without a claim may still hold a batch written before claims existed."""
     manifest = output / MANIFEST
     if manifest.exists():
-        owner = json.loads(manifest.read_text())["run_key"]
+        owner = _read_json(manifest)["run_key"]
         if owner != key:
             raise BatchError(f"output_uri {output} already holds the committed batch of run {owner}; "
                              "choose another output_uri")
-    for part in sorted(output.glob("part-*.parquet")):
+    for part in output.glob("part-*.parquet"):
         owner = _part_run_key(part)
         if owner != key:
             raise BatchError(f"output_uri {output} holds {part.name} from run {owner}; "
                              "choose another output_uri or remove that run's output")
 
 
-def _claimed(output: Path, key: str) -> dict | None:
+def _claimed(output: Location, key: str) -> dict | None:
     """The claim on `output` if it is this run's, None if there is none; refuses another run's."""
     try:
-        claim = json.loads((output / CLAIM).read_text())
+        claim = _read_json(output / CLAIM)
     except FileNotFoundError:
         return None
     except NotADirectoryError:
@@ -208,15 +211,18 @@ def _claimed(output: Path, key: str) -> dict | None:
     return claim
 
 
-def _claim(output: Path, key: str, pin: dict) -> None:
+def _claim(output: Location, key: str, pin: dict) -> None:
     """Claims `output` for this run and its input (size and sha256), or checks that a retry
-    sees the input this run claimed it with."""
+    sees the input this run claimed it with. Locally the claim is linked into place; an
+    object store has no create-if-absent, and candidacies stand in (Location.create_first)."""
     claim = _claimed(output, key)
     if claim is None:
-        output.mkdir(parents=True, exist_ok=True)
         _refuse_foreign_output(output, key)
-        with contextlib.suppress(FileExistsError):   # another split of this run or another run was first
-            _write_json(output / CLAIM, {"run_key": key, "input": pin}, exclusive=True)
+        try:
+            (output / CLAIM).create_first(_json({"run_key": key, "input": pin}), contender=key)
+        except FileExistsError as e:   # another split of this run or another run was first, or is claiming now
+            if _claimed(output, key) is None:
+                raise BatchError(f"output_uri {output}: {e}; retry") from None
         claim = _claimed(output, key)
     if claim["input"] != pin:
         raise BatchError(f"the input changed since this run split it ({claim['input']['bytes']} bytes, sha256 "
@@ -224,7 +230,7 @@ def _claim(output: Path, key: str, pin: dict) -> None:
                          "restore it, or start a new run with another output_uri")
 
 
-def _owned(output: Path, key: str) -> dict:
+def _owned(output: Location, key: str) -> dict:
     """The claim of a directory this run's split claimed; refuses any other."""
     claim = _claimed(output, key)
     if claim is None:
@@ -232,12 +238,12 @@ def _owned(output: Path, key: str) -> dict:
     return claim
 
 
-def _staging(output: Path, key: str) -> Path:
+def _staging(output: Location, key: str) -> Location:
     """This run's staging directory, refused where it is a symlink: what we write and remove
     there would land elsewhere."""
-    for path in (output / STAGING, output / STAGING / key):
-        if path.is_symlink():
-            raise BatchError(f"{path} is a symbolic link; refusing to write or remove through it")
+    for place in (output / STAGING, output / STAGING / key):
+        if place.is_symlink():
+            raise BatchError(f"{place} is a symbolic link; refusing to write or remove through it")
     return output / STAGING / key
 
 
@@ -251,116 +257,141 @@ def split_input(params: BatchParams, key: str) -> list[dict]:
     from jobs.bench import _utcnow
 
     started_at = _utcnow()
-    output = params.output_dir
-    _claimed(output, key)   # another run's directory: refused before the input is read
+    _claimed(params.output, key)   # another run's directory: refused before the input is read
+    local = None
     try:
-        total = count_prompts(params.input_path)
-    except InputError as e:
-        raise BatchError(str(e)) from None
-    pin = _input_pin(params.input_path)
+        # An object-store input is read once, into this host's scratch: what is pinned is what is split.
+        with params.input.local_copy() as local:
+            return _split(params, key, local, started_at)
+    except (InputError, OSError) as e:   # OSError: an object-store input missing, unreachable or changing
+        # Named as the user named it, not as this host's copy of an object.
+        message = str(e) if local is None else str(e).replace(str(local), str(params.input))
+        raise BatchError(" ".join(message.split())) from None
+
+
+def _split(params: BatchParams, key: str, input_path: Path, started_at: datetime) -> list[dict]:
+    output = params.output
+    total = count_prompts(input_path)
+    pin = _pin(LocalPath(input_path))
     _claim(output, key, pin)
     staging = _staging(output, key)
     if (staging / SPLIT_FILE).exists():
-        return json.loads((staging / SPLIT_FILE).read_text())["shards"]
+        return _read_json(staging / SPLIT_FILE)["shards"]
     n = min(params.num_shards, total)   # never an empty shard
     bounds = [i * total // n for i in range(n + 1)]
     shards = []
-    rows = read_prompts(params.input_path)
+    rows = read_prompts(input_path)
     for i in range(n):
         shard_rows = [next(rows) for _ in range(bounds[i + 1] - bounds[i])]
         shard_input = staging / f"shard-{i:05d}.parquet"
-        with atomic_parquet_writer(shard_input, SHARD_INPUT_SCHEMA) as writer:
-            writer.write_table(pa.Table.from_pylist(
-                [{"id": r.id, "prompt": r.prompt, "messages": r.messages} for r in shard_rows], SHARD_INPUT_SCHEMA))
+        # Staging, not output: a retried split writes the same bytes there again.
+        write_table(shard_input, pa.Table.from_pylist(
+            [{"id": r.id, "prompt": r.prompt, "messages": r.messages} for r in shard_rows], SHARD_INPUT_SCHEMA))
         shards.append({"index": i, "num_shards": n, "rows": len(shard_rows), "first_row": bounds[i],
                        "input_path": str(shard_input), "part_path": str(output / part_name(i, n))})
-    if _input_pin(params.input_path) != pin:
-        raise BatchError(f"{params.input_path} changed while it was being split; restore it and retry, "
+    if _pin(LocalPath(input_path)) != pin:
+        raise BatchError(f"{input_path} changed while it was being split; restore it and retry, "
                          "or start a new run with another output_uri")
     # What commit checks the parts against, kept beside the shards' inputs.
-    _write_json(staging / SPLIT_FILE, {"shards": shards, "input_rows": total, "started_at": started_at.isoformat()})
+    (staging / SPLIT_FILE).write_bytes(_json({"shards": shards, "input_rows": total,
+                                              "started_at": started_at.isoformat()}))
     return shards
 
 
-def _output_tokens(part: Path) -> int:
-    return pq.read_table(part, columns=["output_tokens"]).column(0).to_numpy().sum().item()
+def _output_tokens(part: Location) -> int:
+    with part.open() as f:
+        return pq.read_table(f, columns=["output_tokens"]).column(0).to_numpy().sum().item()
 
 
-def _committed_part(shard: dict, key: str) -> bool:
-    part = Path(shard["part_path"])
-    return (part.exists() and _part_run_key(part) == key
-            and pq.ParquetFile(part).metadata.num_rows == shard["rows"])
+def _is_part_of(part: Location, shard: dict, key: str) -> bool:
+    """Whether `part` is a finished part of `shard` that this run wrote."""
+    footer = _footer(part)
+    return footer is not None and _part_run_key(part) == key and footer.num_rows == shard["rows"]
+
+
+def _committed_part(shard: dict, key: str) -> Location | None:
+    """This run's part of `shard`, where one is published (the first, in name order)."""
+    part = _location(shard["part_path"], "part_path")
+    return next((p for p in part.published() if _is_part_of(p, shard, key)), None)
 
 
 def generate_shard(shard: dict, params: BatchParams, key: str, *,
                    after_row_group: Callable[[int], None] | None = None) -> dict:
     """Generate one shard's part in an attempt directory of its own, then publish it (a hard
-    link: a part, once there, is never replaced); skip a shard whose part this run already wrote."""
+    link, or an object of its own: a part, once there, is never replaced); skip a shard whose
+    part this run already published. The result names the part (commit_batch commits that one)."""
     from engine import LLM
     from jobs.bench import host_facts
     from jobs.generate import GenerateError, generate_file
 
-    part = Path(shard["part_path"])
-    _owned(params.output_dir, key)
+    part = _location(shard["part_path"], "part_path")
+    _owned(params.output, key)
     host = host_facts()
     facts = {"index": shard["index"], "rows": shard["rows"],
              **{k: host[k] for k in ("hardware_class", "host", *CODE_FACTS)}}
-    if _committed_part(shard, key):
-        log.info("shard %d: %s is already written by this run; skipped", shard["index"], part.name)
-        return {**facts, "skipped": True, "engine_s": None, "output_tokens": _output_tokens(part)}
+    staging = _staging(params.output, key)
+    # Killed attempts' leftovers where this one writes (for an object store, each worker's disk: there).
+    remove_dead_temporaries(staging.attempts_dir())
+    done = _committed_part(shard, key)
+    if done:
+        log.info("shard %d: %s is already written by this run; skipped", shard["index"], done.name)
+        return {**facts, "part": done.name, "skipped": True, "engine_s": None, "output_tokens": _output_tokens(done)}
     llm = LLM(params.model, backend=params.backend, seed=params.seed)
-    # This attempt's own directory: a duplicate attempt of the shard (a task thought dead)
-    # writes beside it, not over it.
-    attempt = _staging(params.output_dir, key) / owned_name(part.name)
+    # This attempt's own directory (for an object store, on this host's disk): a duplicate
+    # attempt of the shard (a task thought dead) writes beside it, not over it.
+    attempt = staging.attempts_dir() / owned_name(part.name)
     start = time.perf_counter()
     try:
-        counts = generate_file(llm, lambda: read_prompts(shard["input_path"]), attempt / part.name,
-                               params.sampling, seed=params.seed, row_group_size=params.row_group_size,
-                               file_metadata={RUN_KEY_META: key.encode()}, after_row_group=after_row_group)
+        with _location(shard["input_path"], "input_path").local_copy() as shard_input:
+            counts = generate_file(llm, lambda: read_prompts(shard_input), attempt / part.name,
+                                   params.sampling, seed=params.seed, row_group_size=params.row_group_size,
+                                   file_metadata={RUN_KEY_META: key.encode()}, after_row_group=after_row_group)
         if counts["rows"] != shard["rows"]:
             raise BatchError(f"shard {shard['index']}: wrote {counts['rows']} rows, expected {shard['rows']}")
         engine_s = time.perf_counter() - start
-        with contextlib.suppress(FileExistsError):   # a part is never replaced: the first attempt's stays
-            os.link(attempt / part.name, part)
+        published = part.publish(attempt / part.name)   # never replaces a part: locally the first attempt's stays
     except GenerateError as e:
         raise BatchError(f"shard {shard['index']}: {e}") from None
     finally:
         (attempt / part.name).unlink(missing_ok=True)
         with contextlib.suppress(FileNotFoundError):
             attempt.rmdir()
-    if not _committed_part(shard, key):
-        raise BatchError(f"shard {shard['index']}: {part} is there but is not this run's part")
-    return {**facts, "skipped": False, "engine_s": engine_s, "output_tokens": _output_tokens(part)}
+    if not _is_part_of(published, shard, key):
+        raise BatchError(f"shard {shard['index']}: {published} is there but is not this run's part")
+    return {**facts, "part": published.name, "skipped": False, "engine_s": engine_s,
+            "output_tokens": _output_tokens(published)}
 
 
 def commit_batch(shard_results: list[dict], params: BatchParams, key: str, dag_id: str, run_id: str,
                  store=None) -> dict:
     """Check every part, record the run in the store, then write the manifest (the commit).
 
-    Idempotent: a re-run finds the batch committed (and its parts as committed) or the run
-    recorded, and rewrites the same manifest."""
+    Each shard's part is the one its result names (what its generate task published or found):
+    two commits of the run, given the same results, commit the same parts. Idempotent: a re-run
+    finds the batch committed (and its parts as committed) or the run recorded, and writes the
+    same manifest."""
     from jobs.bench import _utcnow
     from jobs.store import MetricRecord, RunRecord, open_store, record_run, upgrade
 
-    output = params.output_dir
+    output = params.output
     claim = _owned(output, key)
     staging = _staging(output, key)
     if (output / MANIFEST).exists():
         log.info("batch already committed: %s", output / MANIFEST)
         manifest = _verified_manifest(output)
-        _remove_leftovers(output, staging)
+        _remove_leftovers(output, staging, manifest)
         return manifest
     split_path = staging / SPLIT_FILE
     if not split_path.exists():
         raise BatchError(f"{split_path} is missing: run split_input for this run first")
-    split = json.loads(split_path.read_text())
+    split = _read_json(split_path)
+    reported = {r["index"]: r["part"] for r in shard_results}
     parts = []
     for shard in split["shards"]:
-        if not _committed_part(shard, key):
-            raise BatchError(f"shard {shard['index']}: {shard['part_path']} is missing or not this run's")
-        path = Path(shard["part_path"])
-        parts.append({"path": path.name, "rows": shard["rows"], "first_row": shard["first_row"],
-                      "bytes": path.stat().st_size, "sha256": _sha256(path)})
+        part = output / reported.get(shard["index"], part_name(shard["index"], shard["num_shards"]))
+        if not _is_part_of(part, shard, key):
+            raise BatchError(f"shard {shard['index']}: {part} is missing or not this run's")
+        parts.append({"path": part.name, "rows": shard["rows"], "first_row": shard["first_row"], **_pin(part)})
     total = sum(p["rows"] for p in parts)
     if total != split["input_rows"]:
         raise BatchError(f"the parts hold {total} rows, the input {split['input_rows']}")
@@ -385,8 +416,8 @@ def commit_batch(shard_results: list[dict], params: BatchParams, key: str, dag_i
                 "committed_at": finished.isoformat(), "rows": total, "output_tokens": tokens,
                 "input": {"uri": params.input_uri, "rows": split["input_rows"], **claim["input"]},
                 "parameters": params.as_dict(), "parts": parts}
-    _write_json(output / MANIFEST, manifest)
-    _remove_leftovers(output, staging)
+    (output / MANIFEST).write_bytes(_json(manifest))
+    _remove_leftovers(output, staging, manifest)
     return manifest
 
 
@@ -401,32 +432,39 @@ def _shards_code(shard_results: list[dict]) -> dict:
     return {}
 
 
-def _remove_leftovers(output: Path, staging: Path) -> None:
-    """After the commit: the shards' inputs, and temporaries whose process is gone (a live
+def _remove_leftovers(output: Location, staging: Location, manifest: dict) -> None:
+    """After the commit: the shards' inputs; on an object store, what other attempts published
+    beside the committed parts (a live duplicate attempt may still add one: no manifest names
+    it, and the commit's re-run removes it); and temporaries whose process is gone (a live
     duplicate attempt's are its own; what it publishes can no longer replace a part)."""
-    remove_dead_temporaries(output)
-    remove_dead_temporaries(staging)
-    for path in [*staging.glob("shard-*.parquet"), staging / SPLIT_FILE]:
-        path.unlink(missing_ok=True)
-    for directory in (staging, staging.parent):
-        with contextlib.suppress(OSError):   # gone already, or not empty: a live attempt, another run's staging
-            directory.rmdir()
+    committed = {p["path"] for p in manifest["parts"]}
+    for i in range(len(manifest["parts"])):
+        for other in (output / part_name(i, len(manifest["parts"]))).published():
+            if other.name not in committed:
+                other.delete()
+    output.remove_dead_temporaries()
+    staging.remove_dead_temporaries()
+    for place in [*staging.glob("shard-*.parquet"), staging / SPLIT_FILE]:
+        place.delete()
+    # Gone already, or not empty (a live attempt, another run's staging): left.
+    staging.remove_empty_dir()
+    (output / STAGING).remove_empty_dir()
 
 
-def _verified_part(output: Path, part: dict) -> bytes:
+def _verified_part(output: Location, part: dict) -> bytes:
     """A committed part's bytes, refused unless they are the ones the manifest committed."""
-    path = output / part["path"]
+    place = output / part["path"]
     try:
-        data = path.read_bytes()
+        data = place.read_bytes()
     except FileNotFoundError:
-        raise BatchError(f"{path} is missing: the committed batch was altered") from None
+        raise BatchError(f"{place} is missing: the committed batch was altered") from None
     if hashlib.sha256(data).hexdigest() != part["sha256"]:
-        raise BatchError(f"{path}: its sha256 is not the manifest's; the committed batch was altered")
+        raise BatchError(f"{place}: its sha256 is not the manifest's; the committed batch was altered")
     return data
 
 
-def _verified_manifest(output: Path) -> dict:
-    manifest = json.loads((output / MANIFEST).read_text())
+def _verified_manifest(output: Location) -> dict:
+    manifest = _read_json(output / MANIFEST)
     for part in manifest["parts"]:
         _verified_part(output, part)
     return manifest
@@ -434,16 +472,16 @@ def _verified_manifest(output: Path) -> dict:
 
 def read_manifest(output_uri: str) -> dict:
     """A committed batch's manifest; refuses an output with no manifest (not committed, or not a batch)."""
-    output = _local_path(output_uri, "output_uri")
-    manifest_path = output / MANIFEST
-    if not manifest_path.exists():
-        raise BatchError(f"{output}: no {MANIFEST}; the batch is not committed")
-    return json.loads(manifest_path.read_text())
+    output = _location(output_uri, "output_uri")
+    try:
+        return _read_json(output / MANIFEST)
+    except FileNotFoundError:
+        raise BatchError(f"{output}: no {MANIFEST}; the batch is not committed") from None
 
 
 def read_committed(output_uri: str) -> pa.Table:
     """The committed batch, parts in shard order, each checked against the manifest's sha256
     (the bytes read are the bytes checked); refuses an output with no manifest."""
-    output = _local_path(output_uri, "output_uri")
+    output = _location(output_uri, "output_uri")
     manifest = read_manifest(output_uri)
     return pa.concat_tables([pq.read_table(pa.BufferReader(_verified_part(output, p))) for p in manifest["parts"]])

@@ -55,7 +55,7 @@ def test_a_retry_that_sees_another_input_fails_instead_of_mixing_rows(prompts, p
     with pytest.raises(BatchError, match="the input changed since this run split it"):
         split_input(p, key)
     with pytest.raises(BatchError, match="the input changed"):   # a fresh staging would not help
-        shutil.rmtree(p.output_dir / "_staging")
+        shutil.rmtree(p.output.path / "_staging")
         split_input(p, key)
     prompts.write_bytes(original)
     assert split_input(p, key) == shards
@@ -78,12 +78,12 @@ def test_an_output_directory_belongs_to_the_run_that_first_wrote_it(params, defa
         generate_shard(shards[0], p, other)
     with pytest.raises(BatchError, match=f"belongs to run {first}"):
         commit_batch([], p, other, DAG_ID, "manual__other")
-    assert not list(p.output_dir.glob("part-*"))
+    assert not list(p.output.path.glob("part-*"))
     committed = run_batch(p, "manual__first")
-    before = snapshot(p.output_dir)
+    before = snapshot(p.output.path)
     with pytest.raises(BatchError, match=f"belongs to run {first}"):
         generate_shard(shards[0], p, other)
-    assert snapshot(p.output_dir) == before
+    assert snapshot(p.output.path) == before
     assert read_committed(p.output_uri).num_rows == committed["rows"] == 4
 
 
@@ -101,7 +101,7 @@ def test_a_duplicate_attempt_never_replaces_a_published_part(params, default_sto
             aside.rename(part)
     result = generate_shard(shard, p, key, after_row_group=first_attempt_publishes_meanwhile)
     assert part.read_bytes() == first and result["rows"] == 2
-    assert sorted(q.name for q in (p.output_dir / "_staging").rglob("*") if q.is_file()) == [
+    assert sorted(q.name for q in (p.output.path / "_staging").rglob("*") if q.is_file()) == [
         "shard-00000.parquet", "shard-00001.parquet", "split.json"]   # this attempt left nothing
 
 
@@ -113,7 +113,7 @@ def test_a_duplicate_attempt_never_replaces_a_published_part(params, default_sto
 ])
 def test_file_uris_resolve_to_the_path_they_name(tmp_path, uri, named):
     p = parse_params({"model": "m", "input_uri": uri, "output_uri": str(tmp_path), "num_shards": 1})
-    assert p.input_path == Path(named)
+    assert p.input.path == Path(named)
 
 
 @pytest.mark.parametrize("uri, message", [
@@ -121,7 +121,10 @@ def test_file_uris_resolve_to_the_path_they_name(tmp_path, uri, named):
     ("file:///data/in.jsonl#1", "has a query or fragment"),
     ("/data/batches/../in.jsonl", "has a '..' segment"),
     ("file:///data/%2E%2E/in.jsonl", "has a '..' segment"),
-    ("s3://bucket/in.jsonl", "only local paths and file:// URIs"),
+    ("s3:///in.jsonl", "names no bucket"),
+    ("s3://bucket/in.jsonl?endpoint_override=http://elsewhere", "has a query or fragment"),
+    ("s3://bucket/batches/../in.jsonl", "has a '..' segment"),
+    ("nosuchfs://bucket/in.jsonl", "no filesystem serves 'nosuchfs://bucket/in.jsonl'"),
 ])
 def test_uris_that_would_name_another_place_are_refused(tmp_path, uri, message):
     with pytest.raises(BatchError, match=message):
@@ -132,16 +135,16 @@ def test_a_symlinked_staging_directory_is_refused_and_nothing_lands_where_it_poi
     p, key = params(), run_key(DAG_ID, "manual__1")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    p.output_dir.mkdir()
-    (p.output_dir / "_staging").symlink_to(elsewhere)
+    p.output.path.mkdir()
+    (p.output.path / "_staging").symlink_to(elsewhere)
     with pytest.raises(BatchError, match="_staging is a symbolic link"):
         split_input(p, key)
     assert list(elsewhere.iterdir()) == []
     # Made a link after the split: commit neither reads nor removes through it.
-    (p.output_dir / "_staging").unlink()
+    (p.output.path / "_staging").unlink()
     split_input(p, key)
-    (p.output_dir / "_staging").rename(elsewhere / "moved")
-    (p.output_dir / "_staging").symlink_to(elsewhere / "moved")
+    (p.output.path / "_staging").rename(elsewhere / "moved")
+    (p.output.path / "_staging").symlink_to(elsewhere / "moved")
     with pytest.raises(BatchError, match="_staging is a symbolic link"):
         commit_batch([], p, key, DAG_ID, "manual__1")
     assert sorted(q.name for q in (elsewhere / "moved" / key).iterdir()) == [
@@ -153,7 +156,7 @@ def test_reading_a_committed_batch_checks_every_part_against_the_manifest(params
     manifest = run_batch(p, "manual__1")
     ids = read_committed(p.output_uri).column("id").to_pylist()
     assert len(ids) == 4
-    part = p.output_dir / manifest["parts"][1]["path"]
+    part = p.output.path / manifest["parts"][1]["path"]
     table = pq.read_table(part)
     # Another part with the same rows, footer and run key, other text: only the checksum tells.
     pq.write_table(table.set_column(3, "output_text", [[f"altered {i}" for i in range(table.num_rows)]]), part)
@@ -164,7 +167,7 @@ def test_reading_a_committed_batch_checks_every_part_against_the_manifest(params
     part.unlink()
     with pytest.raises(BatchError, match="part-00001-of-00002.parquet is missing"):
         read_committed(p.output_uri)
-    assert json.loads((p.output_dir / "_manifest.json").read_text()) == manifest
+    assert json.loads((p.output.path / "_manifest.json").read_text()) == manifest
 
 
 def test_batch_show_summarizes_a_committed_batch_and_refuses_one_that_is_not(params, default_store, capsys):
@@ -177,6 +180,6 @@ def test_batch_show_summarizes_a_committed_batch_and_refuses_one_that_is_not(par
     shown = capsys.readouterr().out
     assert f"{p.output_uri}: 4 rows, {manifest['output_tokens']} output tokens in 2 parts" in shown
     assert manifest["store_run_id"] in shown and "row " in shown
-    (p.output_dir / manifest["parts"][0]["path"]).write_bytes(b"not parquet")
+    (p.output.path / manifest["parts"][0]["path"]).write_bytes(b"not parquet")
     assert main(["batch", "show", p.output_uri]) == 2
     assert "its sha256 is not the manifest's" in capsys.readouterr().err

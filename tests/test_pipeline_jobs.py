@@ -130,8 +130,8 @@ def test_split_refuses_repeated_ids_bad_rows_remote_uris_and_another_runs_output
     (tmp_path / "in.jsonl").write_text('{"id": "x", "prompt": ""}\n')
     with pytest.raises(BatchError, match="line 1: the prompt is empty"):
         split_input(params(tmp_path), "k")
-    with pytest.raises(BatchError, match="only local paths and file:// URIs"):
-        params(tmp_path, output_uri="s3://bucket/out")
+    with pytest.raises(BatchError, match="no filesystem serves 'nosuchfs://bucket/out'"):
+        params(tmp_path, output_uri="nosuchfs://bucket/out")
     with pytest.raises(BatchError, match="missing parameter\\(s\\): input_uri"):
         parse_params({"model": "m", "output_uri": "o", "num_shards": 1})
     with pytest.raises(BatchError, match="sampling: unknown field"):
