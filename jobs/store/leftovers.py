@@ -4,26 +4,22 @@ A writer killed mid-write leaves its temporary file; one killed between writing 
 requests.parquet and committing the run's SQL rows leaves a file that no run names (an
 orphan, as `roadgate db check` calls it). Both name their writer (jobs.tempfiles: in the
 temporary's name, in the file's footer) and are removed once that process is gone, never
-while it may still finish. Local roots only, as for db check.
+while it may still finish. On an object store there are no temporaries (an upload that dies
+leaves no object), and a writer on another host is never judged gone (jobs.tempfiles).
 """
 from __future__ import annotations
-
-import contextlib
-from pathlib import Path
 
 from sqlalchemy import select
 
 from jobs.store.db import Store
 from jobs.store.models import Run
-from jobs.store.parquet import writer_of
-from jobs.tempfiles import owner_alive, remove_dead_temporaries
+from jobs.store.parquet import root_location, writer_of
+from jobs.tempfiles import owner_alive
 
 
 def remove_dead_leftovers(store: Store) -> None:
-    root = store.parquet_root
-    if "://" in root and not root.startswith("file://"):
-        return
-    run_dirs = list(Path(root.removeprefix("file://")).glob("date=*/run_id=*"))
+    root = root_location(store.parquet_root)
+    run_dirs = [run_dir for day in root.glob("date=*") for run_dir in day.glob("run_id=*")]
     if not run_dirs:
         return
     with store.session() as session:
@@ -32,7 +28,7 @@ def remove_dead_leftovers(store: Store) -> None:
         run_id = directory.name.removeprefix("run_id=")
         if run_id in recorded:
             continue
-        removed = remove_dead_temporaries(directory)
+        removed = directory.remove_dead_temporaries()
         requests = directory / "requests.parquet"
         if requests.exists():
             if owner_alive(writer_of(requests)):
@@ -41,10 +37,10 @@ def remove_dead_leftovers(store: Store) -> None:
             with store.session() as session:
                 if session.get(Run, run_id) is not None:
                     continue
-            requests.unlink(missing_ok=True)
+            requests.delete()
             removed += 1
         # Only a directory this emptied goes: one found empty may be a live writer's that has
-        # not yet opened its temporary there (removing those failed concurrent benches' writes).
+        # not yet opened its temporary there (removing those failed concurrent benches' writes);
+        # one that is not empty (a live writer's temporary is there) stays.
         if removed:
-            with contextlib.suppress(OSError):   # not empty: a live writer's temporary is there
-                directory.rmdir()
+            directory.remove_empty_dir()

@@ -15,6 +15,8 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from jobs.store.db import Store, database_url, make_engine, migrate_database_url, normalize_url, parquet_root
 from jobs.store.migrate import upgrade
+from jobs.store.parquet import root_location
+from jobs.storage import LocalPath, StorageError
 
 
 class StoreUnavailable(RuntimeError):
@@ -34,8 +36,13 @@ def open_ready_store(url: str | None = None, parquet_root_uri: str | None = None
         _refuse_if_absent(url)
     migrate_url = migrate_url or url
     root = parquet_root_uri or parquet_root()
-    if "://" not in root or root.startswith("file://"):
-        _check_writable(Path(root.removeprefix("file://")), "Parquet root")
+    try:
+        place = root_location(root)
+        place.check_reachable()
+    except StorageError as e:
+        raise StoreUnavailable(str(e)) from None
+    if isinstance(place, LocalPath):
+        _check_writable(place.path, "Parquet root")
     store = Store(_connected(url), root)
     try:
         owner = store.engine if migrate_url == url else _connected(migrate_url)
