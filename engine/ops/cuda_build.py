@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -25,7 +26,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-SRC_DIR = Path(__file__).resolve().parents[2] / "cuda_src"
+# The cuda_src package: a checkout's folder, or the copy an installed wheel carries.
+SRC_DIR = Path(importlib.util.find_spec("cuda_src").origin).parent
 FLAGS = ("-O3", "-std=c++17", "-lineinfo")
 
 

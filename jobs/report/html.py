@@ -151,7 +151,7 @@ def history_section(data: DashboardData) -> str:
         points = data.history[r.roadmap_row_id]
         parts.append(
             f'<h3 id="plot-{escape(r.roadmap_row_id)}">{escape(label)} {_status(r.status)}</h3>'
-            f'<p class="meta">{escape(r.title)} · {len(points)} runs · threshold '
+            f'<p class="meta">{escape(r.title)} · {len(points)} run{"" if len(points) == 1 else "s"} · threshold '
             f"{escape(format_target(r.comparison, r.threshold, r.peer_engine, r.target, unit))}</p>"
             + history_plot(r.roadmap_row_id, points, changes[series_of(r)], r.run_id, unit, label))
     return "".join(parts)

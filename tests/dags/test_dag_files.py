@@ -85,12 +85,6 @@ def test_an_unknown_task_runner_is_refused_by_name(airflow_env):
                for e in parsed["errors"].values())
 
 
-def test_jobs_never_import_airflow():
-    offenders = [str(p.relative_to(REPO)) for p in (REPO / "jobs").rglob("*.py")
-                 if "import airflow" in p.read_text() or "from airflow" in p.read_text()]
-    assert offenders == []
-
-
 def test_the_idle_loop_warning_of_dags_test_is_kept_once_a_minute(airflow_env):
     import logging
 
