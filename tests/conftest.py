@@ -18,6 +18,27 @@ def chat_messages(n: int) -> list[list[dict]]:
     return [r["messages"] for r in rows]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def gpu_lease_dir(tmp_path_factory) -> Path:
+    """GPU leases (jobs/gpu_lease.py) in this session's own directory, inherited by the
+    processes tests start: the host's is shared with every other user's tasks and test runs."""
+    lease_dir = tmp_path_factory.mktemp("gpu-leases")
+    os.environ["ROADGATE_GPU_LEASE_DIR"] = str(lease_dir)
+    return lease_dir
+
+
+@pytest.fixture
+def simulated_gpus(monkeypatch):
+    """simulated_gpus(n): this process on a host of n GPUs (ROADGATE_GPU_COUNT) that has leased
+    none yet; what a lease sets (CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER) is undone afterwards."""
+    def simulate(n: int) -> None:
+        monkeypatch.setenv("ROADGATE_GPU_COUNT", str(n))
+        for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
+            monkeypatch.setenv(name, "")   # recorded as it was, so a lease's value is undone
+            monkeypatch.delenv(name)
+    return simulate
+
+
 @pytest.fixture(scope="session")
 def model_path() -> Path:
     from engine.model_source import alias_path
