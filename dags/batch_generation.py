@@ -25,9 +25,11 @@ from roadgate_common import RESULTS, gpu_task
         "model": Param("smollm2-135m-instruct", type="string", minLength=1,
                        description="alias, GGUF path or HF folder, as `roadgate generate --model`"),
         "input_uri": Param(type="string", minLength=1,
-                           description="JSONL, CSV or Parquet with a prompt or messages column (local path or file://)"),
+                           description="JSONL, CSV or Parquet with a prompt or messages column "
+                                       "(local path, file:// or s3://bucket/key)"),
         "output_uri": Param(type="string", minLength=1,
-                            description="directory for the Parquet parts and _manifest.json (local path or file://)"),
+                            description="directory for the Parquet parts and _manifest.json "
+                                        "(local path, file:// or s3://bucket/prefix)"),
         "num_shards": Param(1, type="integer", minimum=1, maximum=4096),
         "backend": Param("auto", type="string", enum=["auto", "cuda", "torch"]),
         "sampling": Param(
