@@ -46,12 +46,14 @@ class BenchResult:
     metrics: dict[str, dict]          # name -> {value, count, p50, ...}
     engine_s: float | None = None     # time inside the engine adapter: load, warm-up and the timed run
     host: dict | None = None          # the host meanwhile (host_monitor summary); None: not watched
+    gpu: dict | None = None           # the GPU lease it ran under (gpu_lease.Lease.record()); None: none
 
 
 def run_engine(workload: Workload, engine: str, model: str = DEFAULT_MODEL, backend: str = "auto",
-               device: str = "cpu", dtype: str = "auto", *, gpu_index: int = 0,
+               device: str = "cpu", dtype: str = "auto", *, gpu_index: int | None = 0,
                host_inputs: host_monitor.Inputs | None = None) -> BenchResult:
-    """One engine on `workload`, the host watched throughout (`host_inputs`: a scripted host)."""
+    """One engine on `workload`, the host watched throughout (`host_inputs`: a scripted host;
+    `gpu_index`: the GPU to watch, None for none)."""
     dtype = workload.dtype if dtype == "auto" else dtype
     entered = time.perf_counter()
     # Watched from load to the last token, not just the timed part: the adapters do not
@@ -112,7 +114,9 @@ def record(results: list[BenchResult], started_at: datetime, finished_at: dateti
                                          host_by_engine={r.run.engine: r.host for r in results if r.host}),
                     config={"model": model, "model_sha256": digest, "workload_version": workload.version,
                             "measurement_method": MEASUREMENT_METHOD,
-                            "engines": {r.run.engine: r.run.config for r in results}},
+                            "engines": {r.run.engine: r.run.config for r in results},
+                            # Provenance, not identity: which device each engine had, and when.
+                            "gpu_leases": {r.run.engine: r.gpu for r in results if r.gpu}},
                     identities={engine: {**config, "model_sha256": digest, "measurement_method": MEASUREMENT_METHOD}
                                 for engine, config in identities.items()},
                     **host, **run_fields)
@@ -263,9 +267,10 @@ def register(sub) -> None:
     p.add_argument("--json", help="also write the summary metrics and request rows to this JSON file")
     p.add_argument("--no-store", action="store_true", help="print only; record nothing in the results store")
     p.add_argument("--preflight", action="store_true",
-                   help="wait for a quiet host first (roadgate preflight's defaults) and hold the GPU lock; "
-                        "without it the run is stored with preflight 'skipped', which gates treat as not quiet")
-    p.add_argument("--gpu", type=int, default=0, help="GPU index for the preflight and its lock")
+                   help="lease a GPU (refused when none is free), wait for a quiet host (roadgate preflight's "
+                        "defaults) and run on that GPU; without it the run is stored with preflight 'skipped', "
+                        "which gates treat as not quiet")
+    p.add_argument("--gpu", type=int, help="with --preflight: the GPU to lease (default: the lowest free one)")
     p.set_defaults(func=run_cli)
 
 
@@ -324,15 +329,16 @@ def run_cli(args: argparse.Namespace) -> int:
         except StoreUnavailable as e:
             raise UsageError(str(e)) from None
     with contextlib.ExitStack() as held:
-        outcome = None
+        outcome = leased = None
         if args.preflight:
             waiting = time.perf_counter()
-            from jobs import preflight
+            from jobs import gpu_lease, preflight
             try:
-                held.enter_context(preflight.gpu_lock(args.gpu))
-            except preflight.Contended as e:
-                raise UsageError(f"GPU {args.gpu} is contended: {e}") from None
-            outcome = preflight.check(**preflight.DEFAULTS, gpu_index=args.gpu)
+                # Before the engines initialise CUDA: they run on the leased GPU, as its device 0.
+                leased = held.enter_context(gpu_lease.lease(args.gpu, timeout_s=0))
+            except (gpu_lease.Contended, ValueError) as e:
+                raise UsageError(f"--preflight: {e}") from None
+            outcome = preflight.check(**preflight.DEFAULTS, gpu_index=leased.index)
             print(f"preflight: {outcome.status} ({outcome.reason})")
             job_start += time.perf_counter() - waiting   # waiting for quiet is not the job's own overhead
         started = _utcnow()
@@ -345,8 +351,11 @@ def run_cli(args: argparse.Namespace) -> int:
                 print(f"roadgate bench: error: {e}", file=sys.stderr)
                 return 1
         else:
-            results = [run_engine(workload, e, args.model, args.backend, args.device, args.dtype)
-                       for e in args.engine]
+            results = [run_engine(workload, e, args.model, args.backend, args.device, args.dtype,
+                                  gpu_index=leased.index if leased else 0) for e in args.engine]
+    if leased:   # released now: the record says until when
+        for r in results:
+            r.gpu = leased.record()
     if len(results) > 1 and not sha:
         add_agreement(results, results[-1])
     print(format_table(results))

@@ -84,7 +84,7 @@ class Sampler:
 
 
 @contextlib.contextmanager
-def watch(gpu_index: int = 0, every_s: float = EVERY_S, inputs: Inputs | None = None) -> Iterator[Sampler]:
+def watch(gpu_index: int | None = 0, every_s: float = EVERY_S, inputs: Inputs | None = None) -> Iterator[Sampler]:
     """Sample the host while the body runs; the yielded Sampler's summary() is complete on exit."""
     with contextlib.ExitStack() as held:
         sampler = Sampler(inputs or held.enter_context(machine(gpu_index)))
@@ -105,7 +105,7 @@ def watch(gpu_index: int = 0, every_s: float = EVERY_S, inputs: Inputs | None = 
 
 
 @contextlib.contextmanager
-def machine(gpu_index: int = 0) -> Iterator[Inputs]:
+def machine(gpu_index: int | None = 0) -> Iterator[Inputs]:
     """The real host: /proc for the CPUs and our process tree, NVML (held open meanwhile) for the GPU."""
     with nvml_session(gpu_index) as gpu:
         yield Inputs(host_jiffies=cpu_jiffies, tree=lambda: process_tree(os.getpid()),

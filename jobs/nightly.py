@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from jobs import gpu_lease
 from jobs.atomic import atomic_parquet_writer
 from jobs.workloads import DATA_DIR, WorkloadError, get_workload
 
@@ -59,7 +60,6 @@ class NightlyConfig:
     model: str
     backend: str
     device: str
-    gpu_index: int
     preflight: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -126,7 +126,7 @@ def resolve_config(overrides: dict | None = None, path: Path = NIGHTLY_FILE,
         raise NightlyConfigError(f"unknown preflight setting(s) {', '.join(bad_preflight)}; known: {', '.join(PREFLIGHT_KEYS)}")
     return NightlyConfig(profile=profile, workloads=tuple(workloads), engines=tuple(engines), reference=reference,
                          model=merged["model"], backend=merged["backend"], device=merged["device"],
-                         gpu_index=int(merged["gpu_index"]), preflight=dict(merged["preflight"]))
+                         preflight=dict(merged["preflight"]))
 
 
 def plan_bench_matrix(config: NightlyConfig) -> list[dict]:
@@ -136,18 +136,19 @@ def plan_bench_matrix(config: NightlyConfig) -> list[dict]:
 
 def wait_for_quiet_host(config: NightlyConfig, inputs=None, waited_s: float = 0.0,
                         limit_s: float | None = None) -> dict | None:
-    """One poke of the preflight sensor: sample one quiet window (holding the GPU lock so a
-    running benchmark reads as busy). The outcome as a dict when quiet, else None. Each poke
-    logs one status line: what it measured against what it needs, how long the run has
-    waited (`waited_s`) of how long it will (`limit_s`), and how to override."""
+    """One poke of the preflight sensor: sample one quiet window on a GPU it leases without
+    waiting (every GPU leased by running tasks reads as busy). The outcome as a dict when
+    quiet, else None. Each poke logs one status line: what it measured against what it
+    needs, how long the run has waited (`waited_s`) of how long it will (`limit_s`), and how
+    to override."""
     from jobs import preflight
     p = config.preflight
     try:
-        with preflight.gpu_lock(config.gpu_index):
+        with gpu_lease.lease(timeout_s=0) as leased:
             outcome = preflight.check(window_s=p["window_s"], load_threshold=p["load_threshold"],
                                       timeout_s=p["window_s"], sample_every_s=p["sample_every_s"],
-                                      gpu_index=config.gpu_index, max_gpu_util=p["max_gpu_util"], inputs=inputs)
-    except preflight.Contended as e:
+                                      gpu_index=leased.index, max_gpu_util=p["max_gpu_util"], inputs=inputs)
+    except gpu_lease.Contended as e:
         log.info("preflight: %s; %s", e, _waiting(waited_s, limit_s))
         return None
     if outcome.status == "quiet":
@@ -188,13 +189,13 @@ def staging_dir(dag_id: str, run_id: str, root: Path | None = None) -> Path:
     return (root or data_dir() / "staging") / safe
 
 
-def run_bench_cell(cell: dict, config: NightlyConfig, staging: Path, lock_wait_s: float = 6 * 3600,
+def run_bench_cell(cell: dict, config: NightlyConfig, staging: Path, lease_wait_s: float = gpu_lease.WAIT_S,
                    host_inputs: host_monitor.Inputs | None = None) -> dict:
-    """Run one engine on one workload while holding the GPU lock, the host watched meanwhile
-    (`host_inputs`: a scripted host); stage the result.
+    """Run one engine on one workload on a GPU it leases (waiting up to `lease_wait_s` for
+    one), the host watched meanwhile (`host_inputs`: a scripted host); stage the result with
+    the lease's record.
 
     A cell whose result is already staged (a retried task) is not run again."""
-    from jobs import preflight
     from jobs.bench import _utcnow, host_facts, run_engine
 
     path = Path(staging) / cell["workload"] / f"{cell['engine']}.parquet"
@@ -202,14 +203,15 @@ def run_bench_cell(cell: dict, config: NightlyConfig, staging: Path, lock_wait_s
         log.info("%s on %s already staged at %s; not run again", cell["engine"], cell["workload"], path)
         return {**cell, "path": str(path), "wall_s": _read_staged(path)[0]["wall_s"]}
     workload = get_workload(cell["workload"])
-    with preflight.gpu_lock(config.gpu_index, timeout_s=lock_wait_s):
+    with gpu_lease.lease(timeout_s=lease_wait_s) as leased:
         started = _utcnow()
         result = run_engine(workload, cell["engine"], config.model, config.backend, config.device,
-                            gpu_index=config.gpu_index, host_inputs=host_inputs)
+                            gpu_index=leased.index, host_inputs=host_inputs)
         finished = _utcnow()
     meta = {"engine": cell["engine"], "workload": workload.name, "config": result.run.config,
             "metrics": result.metrics, "wall_s": result.run.wall_s, "started_at": started.isoformat(),
-            "finished_at": finished.isoformat(), "host": host_facts(), "host_during": result.host}
+            "finished_at": finished.isoformat(), "host": host_facts(), "host_during": result.host,
+            "gpu": leased.record()}
     table = pa.Table.from_pylist(result.rows)
     table = table.replace_schema_metadata({STAGED_META_KEY: json.dumps(meta)})
     with atomic_parquet_writer(path, table.schema) as writer:
@@ -246,7 +248,7 @@ def land_bench_results(staged: list[dict], config: NightlyConfig, preflight_outc
                              "their figures are not comparable in one run")
         # A cell staged by code that did not watch the host has no "host_during": not monitored.
         results = [BenchResult(workload, EngineRun(m["engine"], m["config"], [], m["wall_s"]), rows, m["metrics"],
-                               host=m.get("host_during")) for m, rows in cells]
+                               host=m.get("host_during"), gpu=m.get("gpu")) for m, rows in cells]
         reference = next((r for r in results if r.run.engine == config.reference), None)
         if reference is not None:
             add_agreement(results, reference)

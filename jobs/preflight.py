@@ -9,8 +9,9 @@ check at once as contended. Without NVML or a GPU the GPU part is reported as
 judged with; a run whose preflight was looser than DEFAULTS is no evidence, and the
 host during the run itself is jobs/host_monitor.py's.
 
-`gpu_lock` holds an exclusive flock on <lock dir>/gpu-<index>.lock for as long
-as a benchmark runs, so two benchmarks never share one GPU.
+The GPU checked is the one the caller leased (jobs/gpu_lease.py): a benchmark holds its
+lease for as long as it runs, so a preflight never checks a GPU that a running benchmark,
+or a batch shard, has.
 
 Every input (load, clock, sleep, GPU query) is injectable through `Inputs`;
 `machine()` builds the real ones, so tests never read the host.
@@ -18,7 +19,7 @@ Every input (load, clock, sleep, GPU query) is injectable through `Inputs`;
 Exit codes of `roadgate preflight`:
   0  quiet      the host was quiet for the whole window
   2  usage      bad arguments
-  3  contended  another benchmark holds the GPU lock, or a foreign process is on the GPU
+  3  contended  other tasks lease the GPU(s), or a foreign process is on the GPU
   4  noisy      the window never became quiet before the timeout
 (1 is left to Python's own crashes, so a failing preflight is told apart from a noisy host.)
 """
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
 import time
@@ -34,12 +34,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from jobs.store.db import data_dir
+from jobs import gpu_lease
 
 EXIT_CODES = {"quiet": 0, "contended": 3, "noisy": 4}
 # What `roadgate preflight` and `roadgate bench --preflight` wait for by default.
 DEFAULTS = {"window_s": 30.0, "load_threshold": 1.0, "timeout_s": 600.0, "sample_every_s": 5.0, "max_gpu_util": 10.0}
-EXIT_HELP = "exit codes: 0 quiet, 2 usage error, 3 contended (GPU lock held or foreign GPU process), 4 never quiet"
+EXIT_HELP = "exit codes: 0 quiet, 2 usage error, 3 contended (GPU leased by another task or foreign GPU process), 4 never quiet"
 
 
 @dataclass
@@ -53,7 +53,7 @@ class Inputs:
     load: Callable[[], float]                       # current load, in busy CPUs
     clock: Callable[[], float]                      # seconds, monotonic
     sleep: Callable[[float], None]
-    gpu_query: Callable[[int], GpuState | None]     # None: no NVML or no GPU
+    gpu_query: Callable[[int | None], GpuState | None]   # None: no NVML or no GPU
 
 
 @dataclass
@@ -80,13 +80,11 @@ class PreflightOutcome:
         return {**asdict(self), "exit_code": self.exit_code}
 
 
-class Contended(Exception):
-    """The GPU lock is held by another benchmark."""
-
-
-def check(window_s: float, load_threshold: float, timeout_s: float, sample_every_s: float, gpu_index: int = 0,
-          *, max_gpu_util: float = DEFAULTS["max_gpu_util"], inputs: Inputs | None = None) -> PreflightOutcome:
-    if window_s < 0 or timeout_s < 0 or sample_every_s <= 0 or gpu_index < 0:
+def check(window_s: float, load_threshold: float, timeout_s: float, sample_every_s: float,
+          gpu_index: int | None = 0, *, max_gpu_util: float = DEFAULTS["max_gpu_util"],
+          inputs: Inputs | None = None) -> PreflightOutcome:
+    """`gpu_index`: the GPU to check (None: none, on a host without GPUs)."""
+    if window_s < 0 or timeout_s < 0 or sample_every_s <= 0 or (gpu_index is not None and gpu_index < 0):
         raise ValueError("window and timeout must be >= 0, the sampling interval > 0, the GPU index >= 0")
     inputs = inputs or machine()
     thresholds = {"window_s": window_s, "load_threshold": load_threshold, "max_gpu_util": max_gpu_util,
@@ -118,43 +116,12 @@ def check(window_s: float, load_threshold: float, timeout_s: float, sample_every
         inputs.sleep(min(sample_every_s, timeout_s - t))
 
 
-def _gpu_report(gpu_index: int, gpu: GpuState | None) -> dict:
+def _gpu_report(gpu_index: int | None, gpu: GpuState | None) -> dict:
     if gpu is None:
         return {"index": gpu_index, "present": False, "reason": "no GPU (check not applicable)"}
     # NVML reports host pids; inside a PID namespace our own pid differs and would look foreign.
     foreign = sorted(pid for pid in gpu.pids if pid != os.getpid())
     return {"index": gpu_index, "present": True, "utilization_pct": gpu.utilization_pct, "foreign_pids": foreign}
-
-
-@contextlib.contextmanager
-def gpu_lock(gpu_index: int, lock_dir: str | Path | None = None, timeout_s: float = 0, *,
-             poll_s: float = 0.1, clock: Callable[[], float] = time.monotonic,
-             sleep: Callable[[float], None] = time.sleep) -> Iterator[Path]:
-    """Hold GPU `gpu_index` exclusively; wait up to `timeout_s` for it, then raise Contended."""
-    lock_dir = Path(lock_dir) if lock_dir is not None else data_dir() / "locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    path = lock_dir / f"gpu-{gpu_index}.lock"
-    # The kernel drops a flock when its holder dies, so a crashed benchmark never leaves a stale lock.
-    with open(path, "a+") as f:
-        deadline = clock() + timeout_s
-        while True:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if clock() >= deadline:
-                    f.seek(0)
-                    holder = f.read().strip() or "unknown"
-                    raise Contended(f"GPU {gpu_index} is locked by another benchmark (pid {holder}): {path}") from None
-                sleep(poll_s)
-        f.seek(0)
-        f.truncate()
-        f.write(str(os.getpid()))  # who holds it, for the next taker's message
-        f.flush()
-        try:
-            yield path
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def machine() -> Inputs:
@@ -191,15 +158,18 @@ def cpu_jiffies() -> tuple[int, int] | None:
     return sum(fields) - idle, sum(fields)
 
 
-def nvml_query(gpu_index: int) -> GpuState | None:
+def nvml_query(gpu_index: int | None) -> GpuState | None:
     with nvml_session(gpu_index) as query:
         return query() if query else None
 
 
 @contextlib.contextmanager
-def nvml_session(gpu_index: int) -> Iterator[Callable[[], GpuState] | None]:
+def nvml_session(gpu_index: int | None) -> Iterator[Callable[[], GpuState] | None]:
     """NVML held open (its start-up costs some 35 ms, too much to pay on every sample of a
-    run): a query of GPU `gpu_index`, or None without NVML or a GPU."""
+    run): a query of GPU `gpu_index`, or None without NVML, a GPU or an index."""
+    if gpu_index is None:
+        yield None
+        return
     try:
         import pynvml  # nvidia-ml-py; optional, so CPU-only hosts run without it
     except ImportError:
@@ -235,7 +205,7 @@ def register(sub) -> None:
                    help="quiet below this many busy CPUs")
     p.add_argument("--timeout-s", type=float, default=DEFAULTS["timeout_s"], help="give up (exit 4) after this long")
     p.add_argument("--sample-every-s", type=float, default=DEFAULTS["sample_every_s"])
-    p.add_argument("--gpu", type=int, default=0, help="GPU index to check and lock")
+    p.add_argument("--gpu", type=int, help="the GPU to lease and check (default: the lowest free one)")
     p.add_argument("--max-gpu-util", type=float, default=DEFAULTS["max_gpu_util"], help="quiet at or below this GPU utilization (%%)")
     p.set_defaults(func=run_cli)
 
@@ -244,11 +214,11 @@ def run_cli(args: argparse.Namespace) -> int:
     from jobs.cli import UsageError
 
     try:
-        # Holding the lock while checking: a running benchmark makes this preflight contended.
-        with gpu_lock(args.gpu):
-            outcome = check(args.window_s, args.load_threshold, args.timeout_s, args.sample_every_s, args.gpu,
+        # Leased while checking, without waiting: a GPU that running tasks hold makes it contended.
+        with gpu_lease.lease(args.gpu, timeout_s=0) as leased:
+            outcome = check(args.window_s, args.load_threshold, args.timeout_s, args.sample_every_s, leased.index,
                             max_gpu_util=args.max_gpu_util, inputs=machine())
-    except Contended as e:
+    except gpu_lease.Contended as e:
         outcome = PreflightOutcome("contended", 0.0, str(e), gpu={"index": args.gpu})
     except ValueError as e:
         raise UsageError(str(e)) from None

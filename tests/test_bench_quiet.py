@@ -37,9 +37,13 @@ def bench_on(monkeypatch, store, foreign_cpus: float) -> Run:
         return session.scalars(select(Run).order_by(Run.started_at.desc())).first()
 
 
-def test_bench_records_the_preflights_thresholds_and_the_host_during_the_run(default_store, monkeypatch):
+def test_bench_records_the_preflights_thresholds_and_the_host_during_the_run(default_store, monkeypatch,
+                                                                             simulated_gpus):
     setup_rows(default_store, CPU_SMALL_ROW)
+    simulated_gpus(2)
     busy = bench_on(monkeypatch, default_store, foreign_cpus=1.5)
+    lease = busy.config["gpu_leases"]["ours"]   # the preflight's GPU is the one the engine ran on
+    assert (lease["index"], lease["devices"], busy.preflight["gpu"]["index"]) == (0, 2, 0)
     assert busy.preflight_status == "quiet" and busy.preflight["thresholds"] == THRESHOLDS   # quiet before the run
     assert busy.validity["host"]["ours"]["samples"]                                          # busy during it
     assert busy.validity["reasons"] == busy.validity["host_reasons"] == [
@@ -55,7 +59,8 @@ def staged(tmp_path_factory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("nightly")
     config = nightly.resolve_config({"engines": ["ours"], "workloads": ["cpu-small"]}, gpu_present=lambda: False)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ROADGATE_DATA_DIR", str(root))   # where the GPU lock is taken
+        mp.setenv("ROADGATE_DATA_DIR", str(root))
+        mp.setenv("ROADGATE_GPU_COUNT", "0")   # a host without GPUs: its one slot is leased
         return {name: nightly.run_bench_cell({"engine": "ours", "workload": "cpu-small"}, config, root / name,
                                              host_inputs=steady_host(foreign_cpus))
                 for name, foreign_cpus in (("quiet", 0.0), ("busy", 1.5))}
@@ -81,6 +86,7 @@ def test_the_nightly_stages_the_host_during_each_cell_and_lands_it_in_the_verdic
     setup_rows(store, CPU_SMALL_ROW)
     quiet = land(store, staged["quiet"], {}, "quiet")
     assert quiet.preflight["thresholds"] == THRESHOLDS and quiet.validity["valid"]
+    assert quiet.config["gpu_leases"]["ours"]["index"] is None
     assert {e.roadmap_row_id: e.status for e in evaluate_gates(store)} == {"ROAD-TEST-CPU-SMALL": "PASS"}
 
     busy = land(store, staged["busy"], {}, "busy")

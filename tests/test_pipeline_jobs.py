@@ -65,22 +65,21 @@ def scripted_host(loads: list[float]) -> Inputs:
                   sleep=lambda s: clock.__setitem__(0, clock[0] + s), gpu_query=lambda i: GpuState([], 0.0))
 
 
-def test_preflight_poke_is_done_only_on_a_quiet_window(tmp_path, monkeypatch):
-    monkeypatch.setenv("ROADGATE_DATA_DIR", str(tmp_path))
+def test_preflight_poke_is_done_only_on_a_quiet_window_on_a_gpu_it_leased(tmp_path, monkeypatch, simulated_gpus):
+    monkeypatch.setenv("ROADGATE_GPU_LEASE_DIR", str(tmp_path))
+    simulated_gpus(1)
     config = nightly.resolve_config({"preflight": {"window_s": 10, "sample_every_s": 5, "load_threshold": 1.0}},
                                     gpu_present=lambda: False)
     assert nightly.wait_for_quiet_host(config, scripted_host([0.1, 0.2, 3.0])) is None
     quiet = nightly.wait_for_quiet_host(config, scripted_host([0.1, 0.2, 0.3]))
-    assert quiet["status"] == "quiet" and quiet["waited_s"] == 10
-    # Another benchmark holding the GPU lock: not done, poke again later.
-    lock = tmp_path / "locks" / "gpu-0.lock"
-    with open(lock, "a+") as other:
+    assert quiet["status"] == "quiet" and quiet["waited_s"] == 10 and quiet["gpu"]["index"] == 0
+    # A bench or a shard holding the only GPU's lease: not done, poke again later.
+    with open(tmp_path / "gpu-0.lock", "a+") as other:
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
         assert nightly.wait_for_quiet_host(config, scripted_host([0.1] * 3)) is None
 
 
-def test_a_busy_poke_says_what_it_measured_how_long_it_waited_and_how_to_override(tmp_path, monkeypatch, caplog):
-    monkeypatch.setenv("ROADGATE_DATA_DIR", str(tmp_path))
+def test_a_busy_poke_says_what_it_measured_how_long_it_waited_and_how_to_override(caplog):
     config = nightly.resolve_config({"preflight": {"window_s": 10, "sample_every_s": 5, "load_threshold": 1.0}},
                                     gpu_present=lambda: False)
     with caplog.at_level("INFO", logger="jobs.nightly"):

@@ -1,16 +1,12 @@
 """Preflight on a scripted host: fake load, clock, sleep and GPU; nothing reads the real machine or sleeps."""
+import fcntl
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from jobs import cli, preflight
-from jobs.preflight import Contended, GpuState, Inputs, check, gpu_lock
-
-REPO = Path(__file__).resolve().parent.parent
+from jobs.preflight import GpuState, Inputs, check
 
 
 class FakeHost:
@@ -101,56 +97,12 @@ def test_bad_arguments(bad):
         run_check(FakeHost(), **bad)
 
 
-def take_lock_in_another_process(lock_dir: Path) -> str:
-    code = ("from jobs.preflight import gpu_lock, Contended\n"
-            "try:\n"
-            f"    with gpu_lock(0, {str(lock_dir)!r}): print('got it')\n"
-            "except Contended as e: print('contended:', e)\n")
-    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                          check=True).stdout.strip()
-
-
-def test_a_held_lock_is_contended_for_another_process_until_released(tmp_path):
-    with gpu_lock(0, tmp_path):
-        other = take_lock_in_another_process(tmp_path)
-        assert other.startswith("contended:") and f"pid {os.getpid()}" in other
-    assert take_lock_in_another_process(tmp_path) == "got it"
-
-
-def test_locks_are_per_gpu(tmp_path):
-    with gpu_lock(0, tmp_path), gpu_lock(1, tmp_path):
-        pass
-
-
-def test_a_second_taker_waits_for_the_lock_then_gets_it(tmp_path):
-    # flock conflicts between two opens of the file even in one process, so no real second process is needed here.
-    holder = gpu_lock(0, tmp_path)
-    holder.__enter__()
-    host = FakeHost()
-
-    def sleep_then_release(seconds):
-        host.sleep(seconds)
-        if host.t >= 1:
-            holder.__exit__(None, None, None)
-
-    with gpu_lock(0, tmp_path, timeout_s=5, poll_s=0.5, clock=lambda: host.t, sleep=sleep_then_release):
-        assert host.t == 1
-
-
-def test_a_second_taker_times_out_as_contended(tmp_path):
-    host = FakeHost()
-    with gpu_lock(0, tmp_path):
-        with pytest.raises(Contended, match="GPU 0 is locked"):
-            with gpu_lock(0, tmp_path, timeout_s=2, poll_s=0.5, clock=lambda: host.t, sleep=host.sleep):
-                pass
-    assert host.t == 2
-
-
 @pytest.fixture
-def roadgate(monkeypatch, tmp_path):
-    """`roadgate preflight` on a scripted host; returns (main, host) so a test can script the host."""
+def roadgate(monkeypatch, tmp_path, simulated_gpus):
+    """`roadgate preflight` on a scripted host of 3 GPUs; returns (main, host) so a test can script the host."""
     monkeypatch.setattr(cli, "COMMANDS", ["jobs.preflight"])
-    monkeypatch.setenv("ROADGATE_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("ROADGATE_GPU_LEASE_DIR", str(tmp_path))
+    simulated_gpus(3)
     host = FakeHost()
     monkeypatch.setattr(preflight, "machine", host.inputs)
     return cli.main, host
@@ -176,18 +128,30 @@ def test_cli_foreign_gpu_process_exits_3(roadgate):
     assert main(["preflight", "--gpu", "1"]) == 3
 
 
-def test_cli_gpu_locked_by_a_benchmark_exits_3(roadgate, tmp_path, capsys):
-    main, _ = roadgate
-    with gpu_lock(2, tmp_path / "locks"):
+def test_cli_checks_the_gpu_it_leased_and_a_leased_one_exits_3(roadgate, tmp_path, capsys):
+    main, host = roadgate
+    checked = []
+    host.gpu_at = lambda t: checked.append(os.environ["CUDA_VISIBLE_DEVICES"])   # what CUDA would see; no NVML reading
+    with open(tmp_path / "gpu-2.lock", "a+") as task:   # a running task's lease
+        fcntl.flock(task, fcntl.LOCK_EX | fcntl.LOCK_NB)
         assert main(["preflight", "--gpu", "2"]) == 3
-    assert "locked by another benchmark" in json.loads(capsys.readouterr().out)["reason"]
+        assert "GPU 2 is leased by" in json.loads(capsys.readouterr().out)["reason"] and checked == []
     assert main(["preflight", "--gpu", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["gpu"]["index"] == 2 and set(checked) == {"2"}
+
+
+def test_cli_leases_the_lowest_free_gpu(roadgate, capsys):
+    main, _ = roadgate
+    assert main(["preflight", "--window-s", "0"]) == 0
+    assert json.loads(capsys.readouterr().out)["gpu"]["index"] == 0
 
 
 def test_cli_bad_input_exits_2(roadgate, capsys):
     main, _ = roadgate
     assert main(["preflight", "--sample-every-s", "0"]) == 2
     assert capsys.readouterr().err.startswith("roadgate preflight: error:")
+    assert main(["preflight", "--gpu", "3"]) == 2   # the host has GPUs 0-2
+    assert "GPU 3 is not one this process can use" in capsys.readouterr().err
 
 
 def test_cli_help_documents_the_exit_codes(roadgate, capsys):
