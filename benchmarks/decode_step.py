@@ -51,7 +51,7 @@ def main() -> None:
     layouts = layouts[:args.layouts * B * blocks_per_row].view(args.layouts, B, blocks_per_row)
     graphs.seq_lens[:B] = ctx + 1                      # ctx cached tokens plus the new one
     graphs.positions[:B] = ctx
-    graphs.token_ids[:B] = torch.randint(0, llm.config.vocab_size, (B,), device="cuda")
+    graphs.token_ids[:B] = torch.randint(0, llm.model_config.vocab_size, (B,), device="cuda")
 
     def run(i: int) -> None:
         table = layouts[i % args.layouts]
@@ -71,7 +71,7 @@ def main() -> None:
         b.synchronize()
         times.append(a.elapsed_time(b) * 1e-3)
     step = statistics.median(times)
-    c = llm.config
+    c = llm.model_config
     weight_bytes = llm.model.decode_bytes()
     kv_bytes = B * (ctx + 1) * llm._kv_bytes_per_token()
     floor = (weight_bytes + kv_bytes) / COPY_CEILING

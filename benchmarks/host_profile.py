@@ -87,15 +87,15 @@ def host_only(llm: LLM, workload) -> None:
     # Views of buffers allocated once, one wide (a one-token vocabulary: every token is 0):
     # the stubs and the runner's row gather on them cost next to nothing inside `launch`.
     model = llm.model
-    hidden = torch.zeros((llm.scheduler.max_num_batched_tokens, 1))
-    logits = torch.zeros((llm.scheduler.max_num_seqs, 1))
+    hidden = torch.zeros((llm.config.max_num_batched_tokens, 1))
+    logits = torch.zeros((llm.config.max_num_seqs, 1))
     model.forward = lambda token_ids, *_: hidden[:token_ids.shape[0]]
     model.logits = lambda rows: logits[:rows.shape[0]]
     batches = []
     schedule = llm.scheduler.schedule
     llm.scheduler.schedule = lambda: batches.append(schedule()) or batches[-1]
     requests = workload.requests()
-    full = min(len(requests), llm.scheduler.max_num_seqs)
+    full = min(len(requests), llm.config.max_num_seqs)
     for _ in range(2):                                   # the first round warms up
         totals, steps = dict.fromkeys(llm.host_time, 0.0), 0
         for i, r in enumerate(requests):

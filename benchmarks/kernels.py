@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from engine.config import EngineConfig  # noqa: E402
 from engine.ops.base import AttentionMetadata  # noqa: E402
 from engine.ops.cuda_ops import CudaOps  # noqa: E402
 
@@ -86,10 +87,10 @@ def attention(ops):
 
 
 def linear(ops):
-    """SmolLM2-135M's four projections at decode batch sizes, bf16."""
+    """SmolLM2-135M's four projections at decode batch sizes, bf16; `ops` must take the gemv
+    kernels at every row count they serve (gemv_max_rows=8)."""
     print(f"{'layer (rows x K -> N)':<36} {'fused ops us':>12} {'norm/act + cuBLAS us':>21}")
     dt = torch.bfloat16
-    ops.gemv_max_rows = 8        # the gemv kernels at every row count they take
     for M in (1, 2, 4, 8):
         for name, K, N in (("norm+qkv", 576, 960), ("o", 576, 576), ("norm+gate_up", 576, 3072),
                            ("silu+down", 1536, 576)):
@@ -120,11 +121,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", choices=("attention", "linear"))
     args = ap.parse_args()
-    ops = CudaOps()
     if args.only != "linear":
-        attention(ops)
+        attention(CudaOps())
     if args.only != "attention":
-        linear(ops)
+        linear(CudaOps(EngineConfig.from_env(model="", backend="cuda", gemv_max_rows=8)))
 
 
 if __name__ == "__main__":

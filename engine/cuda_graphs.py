@@ -13,6 +13,7 @@ import math
 
 import torch
 
+from engine.config import EngineConfig
 from engine.model import LlamaModel
 from engine.ops import AttentionMetadata, SamplingTensors
 
@@ -20,12 +21,11 @@ _BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 38
 
 
 class DecodeGraphs:
-    def __init__(self, model: LlamaModel, kv_cache: torch.Tensor, max_num_seqs: int, max_model_len: int,
-                 block_size: int, device: torch.device):
-        self.model, self.kv_cache, self.max_model_len = model, kv_cache, max_model_len
-        self.buckets = sorted({b for b in _BUCKETS if b < max_num_seqs} | {max_num_seqs})
+    def __init__(self, config: EngineConfig, model: LlamaModel, kv_cache: torch.Tensor, device: torch.device):
+        self.model, self.kv_cache, self.max_model_len = model, kv_cache, config.max_model_len
+        self.buckets = sorted({b for b in _BUCKETS if b < config.max_num_seqs} | {config.max_num_seqs})
         rows = self.buckets[-1]
-        width = math.ceil(max_model_len / block_size)
+        width = math.ceil(config.max_model_len / config.block_size)
 
         def zeros(*shape, dtype=torch.int64, fill=0):
             return torch.full(shape, fill, dtype=dtype, device=device)

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Iterable, Iterator, Sequence as Seq, Union
 
 import torch
 
 from engine.block_manager import BlockManager
+from engine.config import EngineConfig
 from engine.model import LlamaModel
 from engine.model_runner import ModelRunner
 from engine.model_source import resolve
@@ -20,8 +22,14 @@ from engine.sequence import Sequence
 
 # A prompt is text, token ids, or chat messages ({"role", "content"} dicts).
 Prompt = Union[str, list[int], list[dict]]
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def _resolve_dtype(dtype: str, device: torch.device) -> str:
+    if dtype == "auto":
+        return "bfloat16" if device.type == "cuda" else "float32"
+    return _DTYPE_ALIASES.get(dtype, dtype)
 DEFAULT_CPU_KV_TOKENS = 16384
 
 
@@ -30,90 +38,82 @@ class PromptError(ValueError):
 
 
 class LLM:
-    def __init__(self, model: str, backend: str = "auto", dtype: str = "auto",
-                 max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
-                 max_model_len: int | None = None, kv_cache_tokens: int | None = None,
-                 gpu_memory_utilization: float = 0.9, block_size: int = 16,
-                 enable_prefix_caching: bool = True, seed: int = 0, device: str | None = None,
-                 enforce_eager: bool = False):
-        if max_num_seqs < 1 or max_num_batched_tokens < 1:
-            raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
-        if max_model_len is not None and max_model_len < 1:   # 0 would silently mean "the model's"
-            raise ValueError(f"max_model_len must be >= 1, got {max_model_len}")
-        self.backend = select_backend(backend)
+    def __init__(self, model: str, **settings):
+        """`settings` are EngineConfig's fields (backend, dtype, max_num_seqs, ...)."""
+        requested = EngineConfig.from_env(model, **settings)
+        backend = select_backend(requested.backend)
         # The torch backend runs on any device (the GPU too, as the kernels' oracle).
-        self.device = torch.device(device or ("cuda" if self.backend == "cuda" else "cpu"))
-        if self.backend == "cuda" and self.device.type != "cuda":
+        self.device = torch.device(requested.device or ("cuda" if backend == "cuda" else "cpu"))
+        if backend == "cuda" and self.device.type != "cuda":
             raise ValueError("backend 'cuda' runs on a CUDA device only")
-        self.dtype = self._pick_dtype(dtype)
+        self.dtype = _TORCH_DTYPES[_resolve_dtype(requested.dtype, self.device)]
         self.source = resolve(model)
-        self.config = self.source.config
+        self.model_config = c = self.source.config
         self.tokenizer = self.source.tokenizer
-        self.seed = seed
-        self.block_size = block_size
+        if requested.max_model_len is not None and requested.max_model_len > c.max_position:
+            raise ValueError(f"max_model_len {requested.max_model_len} exceeds the model's context "
+                             f"length {c.max_position}")
+        config = replace(requested, backend=backend, device=str(self.device),
+                         dtype=_resolve_dtype(requested.dtype, self.device))
 
         weights = dict(self.source.load_weights(self.device, self.dtype))
-        max_pos = min(max_model_len or self.config.max_position, self.config.max_position)
-        if max_model_len is not None and max_model_len > self.config.max_position:
-            raise ValueError(f"max_model_len {max_model_len} exceeds the model's context "
-                             f"length {self.config.max_position}")
-        self.model = LlamaModel(self.config, weights, make_ops(self.backend), self.device, self.dtype, max_pos)
+        max_pos = min(config.max_model_len or c.max_position, c.max_position)
+        self.model = LlamaModel(c, weights, make_ops(config), self.device, self.dtype, max_pos)
         del weights
 
-        num_blocks = self._num_kv_blocks(kv_cache_tokens, gpu_memory_utilization,
-                                         max_num_seqs, max_num_batched_tokens)
-        self.max_model_len = min(max_pos, num_blocks * block_size)
-        c = self.config
+        num_blocks = self._num_kv_blocks(config)
+        # What the engine runs with, passed whole from here on.
+        self.config = config = replace(config, num_kv_blocks=num_blocks,
+                                       max_model_len=min(max_pos, num_blocks * config.block_size))
         # Zeroed, so that a slot no sequence has written yet can never hold a NaN
         # (attention gives unused slots zero weight, and 0 * NaN would be NaN).
-        self.kv_cache = torch.zeros((c.num_layers, 2, num_blocks, block_size, c.num_kv_heads, c.head_dim),
+        self.kv_cache = torch.zeros((c.num_layers, 2, num_blocks, config.block_size, c.num_kv_heads, c.head_dim),
                                     device=self.device, dtype=self.dtype)
-        self.block_manager = BlockManager(num_blocks, block_size, enable_prefix_caching)
-        self.scheduler = Scheduler(self.block_manager, max_num_seqs, max_num_batched_tokens)
+        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(config, self.block_manager)
         graphs = None
-        if self.backend == "cuda" and not enforce_eager:
+        if config.backend == "cuda" and not config.enforce_eager:
             from engine.cuda_graphs import DecodeGraphs
-            graphs = DecodeGraphs(self.model, self.kv_cache, max_num_seqs, self.max_model_len, block_size,
-                                  self.device)
-        self.runner = ModelRunner(self.model, self.kv_cache, block_size, self.device, max_num_seqs,
-                                  self.max_model_len, graphs)
+            graphs = DecodeGraphs(config, self.model, self.kv_cache, self.device)
+        self.runner = ModelRunner(config, self.model, self.kv_cache, self.device, graphs)
         self._next_request_id = 0
         self._in_flight = None     # the launched step whose tokens the host has not read yet
         # Host seconds per phase of step(); read_and_finish includes waiting for the GPU
         # (runner.syncs.wait_s): a host-bound loop shows little wait.
         self.host_time = dict.fromkeys(("schedule", "launch", "read_and_finish", "commit"), 0.0)
 
+    @property
+    def backend(self) -> str:
+        return self.config.backend
+
+    @property
+    def max_model_len(self) -> int:
+        return self.config.max_model_len
+
     # ------------------------------------------------------------ set-up
 
-    def _pick_dtype(self, dtype: str) -> torch.dtype:
-        if dtype == "auto":
-            return torch.bfloat16 if self.device.type == "cuda" else torch.float32
-        if dtype not in _DTYPES:
-            raise ValueError(f"unknown dtype {dtype!r}; choose auto or one of {', '.join(_DTYPES)}")
-        return _DTYPES[dtype]
-
     def _kv_bytes_per_token(self) -> int:
-        c = self.config
+        c = self.model_config
         return c.num_layers * 2 * c.num_kv_heads * c.head_dim * torch.finfo(self.dtype).bits // 8
 
-    def _num_kv_blocks(self, kv_cache_tokens, utilization, max_num_seqs, max_num_batched_tokens) -> int:
-        if kv_cache_tokens is not None:
-            tokens = kv_cache_tokens
+    def _num_kv_blocks(self, config: EngineConfig) -> int:
+        if config.kv_cache_tokens is not None:
+            tokens = config.kv_cache_tokens
         elif self.device.type == "cuda":
             free, total = torch.cuda.mem_get_info(self.device)
-            c = self.config
+            c = self.model_config
             elem = torch.finfo(self.dtype).bits // 8
             # Activations of the largest step, and fp32 logits for every sequence.
-            activations = max_num_batched_tokens * (2 * c.intermediate_size + c.q_size + 2 * c.kv_size
-                                                    + 4 * c.hidden_size) * elem * 2
-            logits = max_num_seqs * c.vocab_size * 4 * 3
-            budget = total * utilization - (total - free) - activations - logits
+            activations = config.max_num_batched_tokens * (2 * c.intermediate_size + c.q_size + 2 * c.kv_size
+                                                           + 4 * c.hidden_size) * elem * 2
+            logits = config.max_num_seqs * c.vocab_size * 4 * 3
+            budget = total * config.gpu_memory_utilization - (total - free) - activations - logits
             tokens = int(budget // self._kv_bytes_per_token())
         else:
             tokens = DEFAULT_CPU_KV_TOKENS
-        num_blocks = tokens // self.block_size
+        num_blocks = tokens // config.block_size
         if num_blocks < 1:
-            raise ValueError(f"KV cache of {tokens} tokens holds less than one block of {self.block_size}")
+            raise ValueError(f"KV cache of {tokens} tokens holds less than one block of {config.block_size}")
         return num_blocks
 
     # ------------------------------------------------------------ requests
@@ -132,9 +132,9 @@ class LLM:
                 raise PromptError(str(e)) from None
         elif isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
             ids = list(prompt)
-            bad = [t for t in ids if not 0 <= t < self.config.vocab_size]
+            bad = [t for t in ids if not 0 <= t < self.model_config.vocab_size]
             if bad:
-                raise PromptError(f"token id {bad[0]} is outside the vocabulary [0, {self.config.vocab_size})")
+                raise PromptError(f"token id {bad[0]} is outside the vocabulary [0, {self.model_config.vocab_size})")
         else:
             raise PromptError("a prompt must be a string, a list of token ids, or a list of chat messages")
         if not ids:
@@ -149,7 +149,7 @@ class LLM:
         ids = self.encode_prompt(prompt)
         rid = self._next_request_id
         self._next_request_id += 1
-        seed = params.seed if params.seed is not None else (self.seed * 1_000_003 + rid) & (2**63 - 1)
+        seed = params.seed if params.seed is not None else (self.config.seed * 1_000_003 + rid) & (2**63 - 1)
         seq = Sequence(rid, ids, params, seed)
         self.scheduler.add(seq)
         return seq
@@ -262,7 +262,7 @@ class LLM:
         """Generate for a (possibly endless) stream of requests, yielding outputs
         in input order while holding at most `max_in_flight` requests. `show_progress`
         draws a status line on stderr; `total`, the number of requests, gives it an ETA."""
-        window = max_in_flight or 4 * self.scheduler.max_num_seqs
+        window = max_in_flight or 4 * self.config.max_num_seqs
         pending: deque[Sequence] = deque()    # added, not yet yielded, in input order
         source = iter(requests)
         exhausted = False
@@ -314,5 +314,5 @@ class LLM:
                 "prefix_cache_hit_tokens": pc.hit_tokens, "host_syncs": self.runner.syncs.count,
                 "lagged_reads": self.runner.syncs.lagged_reads, "gpu_wait_s": self.runner.syncs.wait_s,
                 **{f"host_{phase}_s": seconds for phase, seconds in self.host_time.items()},
-                "kv_cache_blocks": self.block_manager.num_blocks, "block_size": self.block_size}
+                "kv_cache_blocks": self.block_manager.num_blocks, "block_size": self.config.block_size}
 

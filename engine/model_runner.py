@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from engine.config import EngineConfig
 from engine.input_batch import InputBatch
 from engine.model import LlamaModel
 from engine.ops import AttentionMetadata, SamplingTensors
@@ -53,15 +54,15 @@ class StepInputs:
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, kv_cache: torch.Tensor, block_size: int, device: torch.device,
-                 max_num_seqs: int, max_model_len: int, graphs=None):
+    def __init__(self, config: EngineConfig, model: LlamaModel, kv_cache: torch.Tensor, device: torch.device,
+                 graphs=None):
         self.syncs = HostSyncCounter()
         self.model = model
         self.kv_cache = kv_cache
-        self.block_size = block_size
+        self.block_size = config.block_size
         self.device = device
-        self.max_model_len = max_model_len
-        self.input_batch = InputBatch(max_num_seqs, max_model_len, block_size)
+        self.max_model_len = config.max_model_len
+        self.input_batch = InputBatch(config.max_num_seqs, config.max_model_len, config.block_size)
         self.graphs = graphs            # engine.cuda_graphs.DecodeGraphs, or None (eager only)
 
     # ------------------------------------------------------------ the step

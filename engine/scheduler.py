@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from engine.block_manager import BlockManager
+from engine.config import EngineConfig
 from engine.sequence import Sequence, SequenceStatus
 
 
@@ -33,10 +34,10 @@ class SchedulerStats:
 
 
 class Scheduler:
-    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
+    def __init__(self, config: EngineConfig, block_manager: BlockManager):
         self.block_manager = block_manager
-        self.max_num_seqs = max_num_seqs
-        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_seqs = config.max_num_seqs
+        self.max_num_batched_tokens = config.max_num_batched_tokens
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.stats = SchedulerStats()

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from engine.block_manager import BlockManager
+from engine.config import EngineConfig
 from engine.ops.torch_ops import TorchOps, filter_logits, uniform_noise
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
@@ -70,7 +71,7 @@ def test_eviction_reuses_lru_cached_blocks():
 
 
 def test_scheduler_respects_token_budget_and_seq_limit():
-    s = Scheduler(BlockManager(64, 4), max_num_seqs=2, max_num_batched_tokens=10)
+    s = Scheduler(EngineConfig("test", max_num_seqs=2, max_num_batched_tokens=10), BlockManager(64, 4))
     for i in range(3):
         s.add(seq(i, 7, start=10 * i))
     batch = s.schedule()
@@ -85,7 +86,7 @@ def test_scheduler_respects_token_budget_and_seq_limit():
 
 
 def test_scheduler_preempts_latest_when_blocks_run_out():
-    s = Scheduler(BlockManager(4, 4), max_num_seqs=4, max_num_batched_tokens=64)
+    s = Scheduler(EngineConfig("test", max_num_seqs=4, max_num_batched_tokens=64), BlockManager(4, 4))
     a, b = seq(0, 8), seq(1, 8, start=50)
     s.add(a)
     s.add(b)
@@ -99,7 +100,7 @@ def test_scheduler_preempts_latest_when_blocks_run_out():
 
 
 def test_scheduler_skips_sequences_out_of_budget_and_drops_finished_waiting_ones():
-    s = Scheduler(BlockManager(4, 4), max_num_seqs=4, max_num_batched_tokens=64)
+    s = Scheduler(EngineConfig("test", max_num_seqs=4, max_num_batched_tokens=64), BlockManager(4, 4))
     a, b = seq(0, 8), seq(1, 8, start=50)
     s.add(a)
     s.add(b)

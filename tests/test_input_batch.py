@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from engine.block_manager import BlockManager
+from engine.config import EngineConfig
 from engine.input_batch import InputBatch
 from engine.model_runner import ModelRunner, StepInputs
 from engine.sampling_params import SamplingParams
@@ -44,7 +45,8 @@ class Loop:
     `check(rows, sampled, previous)` sees each step's rows before it is launched."""
 
     def __init__(self, num_blocks: int, max_num_seqs: int = 8, token_budget: int = 64, check=None):
-        self.scheduler = Scheduler(BlockManager(num_blocks, BLOCK), max_num_seqs, token_budget)
+        self.scheduler = Scheduler(EngineConfig("test", max_num_seqs=max_num_seqs, max_num_batched_tokens=token_budget),
+                                   BlockManager(num_blocks, BLOCK))
         self.rows = InputBatch(max_num_seqs, max_model_len=256, block_size=BLOCK)
         self.check = check
         self.in_flight = None                      # (sequences, token indices) of the last step

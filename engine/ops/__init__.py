@@ -7,6 +7,7 @@ import shutil
 
 import torch
 
+from engine.config import EngineConfig
 from engine.ops.base import AttentionMetadata, Ops, SamplingTensors
 
 __all__ = ["AttentionMetadata", "Ops", "SamplingTensors", "select_backend", "make_ops"]
@@ -43,9 +44,10 @@ def select_backend(backend: str) -> str:
     return "torch"
 
 
-def make_ops(backend: str) -> Ops:
-    if backend == "cuda":
+def make_ops(config: EngineConfig) -> Ops:
+    """The ops of the config's (resolved) backend."""
+    if config.backend == "cuda":
         from engine.ops.cuda_ops import CudaOps
-        return CudaOps()
+        return CudaOps(config)
     from engine.ops.torch_ops import TorchOps
     return TorchOps()

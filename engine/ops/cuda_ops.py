@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import atexit
 import math
-import os
 
 import torch
 
+from engine.config import EngineConfig
 from engine.ops import cuda_build
 from engine.ops.base import AttentionMetadata, Ops, SamplingTensors
 
@@ -41,7 +41,10 @@ def _dtype_name(t: torch.Tensor) -> str:
 class CudaOps(Ops):
     name = "cuda"
 
-    def __init__(self):
+    def __init__(self, config: EngineConfig | None = None):
+        """`config`: the engine's; None gives the defaults (with their environment overrides),
+        for kernels used outside an LLM: kernel tests, benchmarks/kernels.py, the health check."""
+        config = config or EngineConfig.from_env(model="", backend="cuda")
         if not torch.cuda.is_available():
             raise RuntimeError("CudaOps needs a CUDA GPU visible to torch")
         torch.zeros(1, device="cuda")  # torch first: it creates the primary context and makes it current
@@ -54,16 +57,14 @@ class CudaOps(Ops):
         major, minor = device.compute_capability()
         self.num_sms = device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
         # Decode split policy (see decode_partition); benchmarks/kernels.py sweeps them.
-        self.decode_waves = float(os.environ.get("ROADGATE_DECODE_WAVES", 2))
-        self.decode_fill_context = int(os.environ.get("ROADGATE_DECODE_FILL_CONTEXT", 1 << 30))
-        # The gemv kernels take up to 8 rows but beat norm/activation + cuBLAS only up to
-        # about 2 (benchmarks/kernels.py: 1 row 12.6 vs 21.3 µs a layer, 4 rows 24.4 vs 21.9).
-        self.gemv_max_rows = 2
+        self.decode_waves = config.decode_waves
+        self.decode_fill_context = config.decode_fill_context
+        self.gemv_max_rows = config.gemv_max_rows
         try:
             cubins = cuda_build.build_all(f"sm_{major}{minor}")
         except RuntimeError as e:
             raise RuntimeError(f"CudaOps: compiling cuda_src failed: {e}") from e
-        driver = cuda_build.Driver(debug=os.environ.get("ROADGATE_CUDA_DEBUG", "") not in ("", "0"))
+        driver = cuda_build.Driver(debug=config.cuda_debug)
         mods = {stem: driver.load(path) for stem, path in cubins.items()}
         k = {}
         k["embed"] = mods["embedding"].kernel("embed_rows", "PPPi")

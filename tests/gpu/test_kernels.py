@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from engine.model import rope_cos_sin
+from engine.config import EngineConfig
 from engine.model_config import ModelConfig
 from engine.ops.base import AttentionMetadata, Ops, SamplingTensors
 from engine.ops.torch_ops import TorchOps
@@ -30,6 +31,13 @@ def ops():
         pytest.skip(reason)
     from engine.ops.cuda_ops import CudaOps
     return CudaOps()
+
+
+@pytest.fixture(scope="module")
+def ops_all_gemv_rows(ops):
+    """The gemv kernels at their whole range of rows, not only where they pay."""
+    from engine.ops.cuda_ops import CudaOps
+    return CudaOps(EngineConfig.from_env(model="", backend="cuda", gemv_max_rows=8))
 
 
 @pytest.fixture(autouse=True)
@@ -87,8 +95,8 @@ def test_silu_and_mul(ops, dtype, T, I):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M", [1, 3, 8, 9])      # 9 rows: past the gemv kernels, the cuBLAS path
 @pytest.mark.parametrize("K,N", [(576, 960), (576, 3072), (1536, 576), (64, 5)])
-def test_linear_layers(ops, dtype, M, K, N, monkeypatch):
-    monkeypatch.setattr(ops, "gemv_max_rows", 8)   # the kernels' whole range, not only what pays
+def test_linear_layers(ops_all_gemv_rows, dtype, M, K, N):
+    ops = ops_all_gemv_rows
     w = torch.randn(N, K, dtype=dtype, device="cuda") * K ** -0.5
     x = torch.randn(M, K, dtype=dtype, device="cuda")
     poison_next((M, N), dtype)

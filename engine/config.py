@@ -1,0 +1,79 @@
+"""`EngineConfig`: every engine setting in one frozen object, built and validated once by
+`LLM`, then passed whole to the parts that need it (scheduler, runner, graphs, ops).
+
+What the user asks for (`model`, `backend="auto"`, ...) is resolved by `LLM` into a copy
+holding what was chosen (`backend="cuda"`, `dtype="bfloat16"`, `max_model_len`, the KV
+blocks that fit), so reading the config tells what the engine runs with.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+
+BACKENDS = ("auto", "cuda", "torch")
+DTYPES = ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
+
+# Tuning knobs of the cuda backend that a benchmark sweep sets from the environment.
+ENV_OVERRIDES = {"decode_waves": ("ROADGATE_DECODE_WAVES", float),
+                 "decode_fill_context": ("ROADGATE_DECODE_FILL_CONTEXT", int),
+                 "cuda_debug": ("ROADGATE_CUDA_DEBUG", lambda v: v not in ("", "0"))}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str
+    backend: str = "auto"                 # auto: cuda where it can run, else torch
+    dtype: str = "auto"                   # auto: bfloat16 on a GPU, float32 on CPU
+    device: str | None = None             # default: cuda for the cuda backend, else cpu
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int | None = None      # default: the model's context, capped by the KV cache
+    kv_cache_tokens: int | None = None    # default: what fits in gpu_memory_utilization (GPU), 16384 (CPU)
+    gpu_memory_utilization: float = 0.9
+    block_size: int = 16
+    enable_prefix_caching: bool = True
+    seed: int = 0
+    enforce_eager: bool = False           # no CUDA graphs
+    # The cuda backend's decode split policy (engine.ops.cuda_ops.decode_partition).
+    decode_waves: float = 2.0
+    decode_fill_context: int = 1 << 30
+    # The gemv kernels take up to 8 rows but beat norm/activation + cuBLAS only up to
+    # about 2 (benchmarks/kernels.py: 1 row 12.6 vs 21.3 µs a layer, 4 rows 24.4 vs 21.9).
+    gemv_max_rows: int = 2
+    cuda_debug: bool = False              # synchronize and check after every kernel launch
+    # Derived by LLM once the model and the memory are known; None before.
+    num_kv_blocks: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
+        if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
+            raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
+        if self.max_model_len is not None and self.max_model_len < 1:   # 0 would silently mean "the model's"
+            raise ValueError(f"max_model_len must be >= 1, got {self.max_model_len}")
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        if self.kv_cache_tokens is not None and self.kv_cache_tokens < self.block_size:
+            raise ValueError(f"KV cache of {self.kv_cache_tokens} tokens holds less than one block "
+                             f"of {self.block_size}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.decode_waves <= 0 or self.gemv_max_rows < 0:
+            raise ValueError("decode_waves must be > 0 and gemv_max_rows >= 0")
+
+    @classmethod
+    def from_env(cls, model: str, environ=os.environ, **settings) -> EngineConfig:
+        """The config of `settings`, with the tuning knobs of ENV_OVERRIDES that the
+        environment sets and `settings` does not."""
+        for name, (variable, parse) in ENV_OVERRIDES.items():
+            if name not in settings and environ.get(variable) is not None:
+                try:
+                    settings[name] = parse(environ[variable])
+                except ValueError:
+                    raise ValueError(f"{variable}={environ[variable]!r} is not a valid {name}") from None
+        unknown = set(settings) - {f.name for f in fields(cls)}
+        if unknown:
+            raise TypeError(f"unknown engine settings: {', '.join(sorted(unknown))}")
+        return cls(model=model, **settings)

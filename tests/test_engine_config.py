@@ -1,0 +1,45 @@
+"""EngineConfig: validated once, overridable from the environment, resolved by LLM into
+what the engine really runs with, and the one object its parts read their settings from."""
+from __future__ import annotations
+
+import pytest
+
+from engine import LLM
+from engine.config import EngineConfig
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"backend": "tpu"}, "unknown backend 'tpu'"),
+    ({"dtype": "int3"}, "unknown dtype 'int3'"),
+    ({"max_num_seqs": 0}, "max_num_seqs and max_num_batched_tokens must be >= 1"),
+    ({"max_model_len": 0}, "max_model_len must be >= 1"),
+    ({"kv_cache_tokens": 8}, "KV cache of 8 tokens holds less than one block of 16"),
+    ({"gpu_memory_utilization": 1.5}, r"gpu_memory_utilization must be in \(0, 1\]"),
+])
+def test_bad_settings_are_refused_by_name(settings, message):
+    with pytest.raises(ValueError, match=message):
+        EngineConfig("m", **settings)
+
+
+def test_environment_overrides_fill_only_what_the_caller_left_unset():
+    env = {"ROADGATE_DECODE_WAVES": "4", "ROADGATE_CUDA_DEBUG": "1"}
+    config = EngineConfig.from_env("m", environ=env, decode_fill_context=1024)
+    assert (config.decode_waves, config.cuda_debug, config.decode_fill_context) == (4.0, True, 1024)
+    assert EngineConfig.from_env("m", environ=env, decode_waves=2.0).decode_waves == 2.0
+    with pytest.raises(ValueError, match="ROADGATE_DECODE_WAVES='many' is not a valid decode_waves"):
+        EngineConfig.from_env("m", environ={"ROADGATE_DECODE_WAVES": "many"})
+    with pytest.raises(TypeError, match="unknown engine settings: max_seqs"):
+        EngineConfig.from_env("m", environ={}, max_seqs=3)
+    with pytest.raises(AttributeError):   # frozen: built once, never poked afterwards
+        config.gemv_max_rows = 8
+
+
+def test_llm_resolves_the_config_and_passes_it_whole():
+    llm = LLM("dummy:smollm2-135m", backend="torch", dtype="fp32", kv_cache_tokens=256,
+              max_num_seqs=3, max_num_batched_tokens=64)
+    c = llm.config
+    assert (c.backend, c.dtype, c.device, c.num_kv_blocks) == ("torch", "float32", "cpu", 16)
+    assert c.max_model_len == 256 == llm.max_model_len       # the model's 8192, capped by the KV cache
+    assert (llm.scheduler.max_num_seqs, llm.scheduler.max_num_batched_tokens) == (3, 64)
+    assert llm.runner.max_model_len == c.max_model_len and llm.runner.block_size == c.block_size
+    assert llm.stats["kv_cache_blocks"] == 16
