@@ -6,6 +6,7 @@ and the field, so a bad edit to the file is fixed from the message alone.
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import asdict, dataclass
 from importlib.resources import files
@@ -142,6 +143,8 @@ def parse_roadmap(text: str, source: str = "roadmap") -> list[RoadmapRowSpec]:
 
 
 def load_roadmap(path: str | Path | None = None) -> list[RoadmapRowSpec]:
+    """The roadmap at `path`, else the file ROADGATE_ROADMAP_FILE names, else the shipped one."""
+    path = path or os.environ.get("ROADGATE_ROADMAP_FILE")
     source = Path(path) if path else DEFAULT_ROADMAP
     try:
         text = source.read_text()

@@ -20,7 +20,24 @@ def nightly_engines() -> list[str]:
     return ["ours", "hf"] + (["llamacpp"] if "llamacpp" in ENGINES else [])
 
 
-def test_nightly_dag_runs_end_to_end_on_cpu_and_gate_evaluation_sees_the_new_run(results_store, capfd):
+def roadmap_for_this_host(tmp_path: Path) -> Path:
+    """The shipped roadmap with its CPU rows judged on this host's CPU class (they name the
+    class they were set on; on another, the gate rightly finds no evidence)."""
+    import yaml
+
+    from jobs.bench import cpu_class
+    from jobs.gates.roadmap import DEFAULT_ROADMAP
+    doc = yaml.safe_load(DEFAULT_ROADMAP.read_text())
+    for row in doc["rows"]:
+        if row["hardware"].startswith("cpu-"):
+            row["hardware"] = cpu_class()
+    path = tmp_path / "roadmap.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_nightly_dag_runs_end_to_end_on_cpu_and_gate_evaluation_sees_the_new_run(results_store, capfd, tmp_path,
+                                                                                 monkeypatch):
     from airflow.models.asset import AssetEvent
     from airflow.sdk import DagRunState
     from airflow.utils.session import create_session
@@ -76,6 +93,7 @@ def test_nightly_dag_runs_end_to_end_on_cpu_and_gate_evaluation_sees_the_new_run
     # The gate evaluation the asset schedules (and `make demo` runs after the nightly): one
     # evaluation batch, judged on the new run, its status printed, and the dashboard listing the run.
     capfd.readouterr()
+    monkeypatch.setenv("ROADGATE_ROADMAP_FILE", str(roadmap_for_this_host(tmp_path)))
     gates_dr = load_dag("gate_evaluation").test()
     assert gates_dr.state == DagRunState.SUCCESS
     with results_store.session() as s:
