@@ -43,6 +43,7 @@ from urllib.parse import unquote, urlsplit
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jobs.gpu_lease import holding_a_gpu
 from jobs.prompts_io import InputError, count_prompts, read_prompts
 from jobs.storage import LocalPath, Location, StorageError, location, write_table
 from jobs.tempfiles import owned_name, remove_dead_temporaries
@@ -315,6 +316,8 @@ def _committed_part(shard: dict, key: str) -> Location | None:
     return next((p for p in part.published() if _is_part_of(p, shard, key)), None)
 
 
+# Leased before host_facts or the engine initialise CUDA; the result names the GPU ("gpu").
+@holding_a_gpu
 def generate_shard(shard: dict, params: BatchParams, key: str, *,
                    after_row_group: Callable[[int], None] | None = None) -> dict:
     """Generate one shard's part in an attempt directory of its own, then publish it (a hard
