@@ -8,7 +8,9 @@ Where GPU tasks run is configuration, read when the DAG files are parsed:
                                Docker provider, with one GPU requested per task.
 
 Either way GPU tasks take a slot of the `gpu` pool (size it to the GPUs you have:
-`airflow pools set gpu N "one slot per GPU"`) and go to the `gpu` queue.
+`airflow pools set gpu N "one slot per GPU"`) and go to the `gpu` queue. In the local runner
+each one leases a GPU of its host for its lifetime (jobs/gpu_lease.py), so N slots run on
+N distinct GPUs.
 """
 from __future__ import annotations
 
