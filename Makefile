@@ -63,6 +63,7 @@ test-gpu: setup
 # its settings (docker/airflow.env): private PostgreSQL and Redis, api-server, scheduler,
 # dag-processor, triggerer, a default-queue and a `gpu`-queue worker; state, data and logs in
 # .cluster/. CLUSTER_ARGS='--set KEY=VALUE' lays a setting over the file's.
+CLUSTER_ARGS ?=
 cluster: setup
 	$(BIN)/python -m cluster up $(CLUSTER_ARGS)
 

@@ -190,7 +190,7 @@ def test_python_names_resolve():
 
 
 def test_environment_variables_are_read():
-    code = "".join(p.read_text() for d in ("jobs", "engine", "dags", "tests") for p in (REPO / d).rglob("*.py"))
+    code = "".join(p.read_text() for d in ("jobs", "engine", "dags", "cluster", "tests") for p in (REPO / d).rglob("*.py"))
     named = set(re.findall(r"\bROADGATE_[A-Z_]+", README))
     unread = sorted(v for v in named if f'"{v}"' not in code)
     assert named and not unread, f"README names environment variables no code reads: {unread}"
