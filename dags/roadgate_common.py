@@ -29,6 +29,9 @@ TASK_RUNNER = os.environ.get("ROADGATE_TASK_RUNNER", "local")
 GPU_IMAGE = os.environ.get("ROADGATE_GPU_IMAGE", "roadgate-gpu-worker:latest")
 # What a container needs to reach the store and the shared data directory.
 FORWARDED_ENV = ("ROADGATE_DATA_DIR", "ROADGATE_DB_URL", "ROADGATE_PARQUET_ROOT")
+# Object storage's settings (jobs/storage.py): private, so the secrets are not rendered in the UI.
+FORWARDED_SECRETS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
+                     "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")
 
 
 class OncePerMinute(logging.Filter):
@@ -70,6 +73,7 @@ def gpu_task(**kwargs):
             mounts=[Mount(target=data_dir, source=data_dir, type="bind")],
             environment={name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
             | {"ROADGATE_DATA_DIR": data_dir},
+            private_environment={name: os.environ[name] for name in FORWARDED_SECRETS if name in os.environ},
             network_mode=os.environ.get("ROADGATE_DOCKER_NETWORK", "bridge"),
             auto_remove="success", mount_tmp_dir=False, **kwargs)
     raise ValueError(f"ROADGATE_TASK_RUNNER must be 'local' or 'docker', got {TASK_RUNNER!r}")

@@ -409,7 +409,9 @@ def commit_batch(shard_results: list[dict], params: BatchParams, key: str, dag_i
         kind="generate", workload=STORE_WORKLOAD, hardware_class=shard_results[0]["hardware_class"],
         started_at=started, finished_at=finished, preflight_status="skipped",
         config={"parameters": params.as_dict(), "input_sha256": claim["input"]["sha256"],
-                "hosts": sorted({r["host"] for r in shard_results})},
+                "hosts": sorted({r["host"] for r in shard_results}),
+                # Each shard's GPU lease (index, host, pid, from, until): no two shared a GPU at once.
+                "gpu_leases": [r["gpu"] for r in sorted(shard_results, key=lambda r: r["index"]) if r.get("gpu")]},
         id=str(uuid.uuid5(RUN_ID_NAMESPACE, key)), airflow_dag_id=dag_id, airflow_run_id=run_id,
         **_shards_code(shard_results),
     ), [MetricRecord("ours", "wall_s", (finished - started).total_seconds(), count=total)]

@@ -109,3 +109,5 @@ def test_a_shard_killed_mid_write_and_run_again_leaves_every_row_exactly_once(tm
         runs = s.scalars(select(Run).where(Run.kind == "generate")).all()
     assert [r.id for r in runs] == [manifest["store_run_id"]]
     assert runs[0].airflow_run_id == dr.run_id and runs[0].config["input_sha256"] == manifest["input"]["sha256"]
+    # One lease per shard: this host has no GPU, so each held its one slot (index None).
+    assert [lease["index"] for lease in runs[0].config["gpu_leases"]] == [None, None, None]

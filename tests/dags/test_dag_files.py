@@ -59,9 +59,11 @@ def _parse_in_subprocess(runner: str) -> subprocess.CompletedProcess:
         "        kw = t.partial_kwargs\n"
         "        out[dag_id] = {'operator': t.operator_class.__name__ if hasattr(t.operator_class, '__name__') else str(t.operator_class),\n"
         "                       'devices': [d['Capabilities'] + [d['Count']] for d in kw['device_requests']],\n"
-        "                       'image': kw['image'], 'pool': t.pool, 'queue': t.queue}\n"
+        "                       'image': kw['image'], 'pool': t.pool, 'queue': t.queue,\n"
+        "                       'private_env': sorted(kw.get('private_environment') or {})}\n"
         "print(json.dumps(out, default=str))\n")
-    env = {**os.environ, "ROADGATE_TASK_RUNNER": runner, "ROADGATE_GPU_IMAGE": "roadgate-gpu-worker:test"}
+    env = {**os.environ, "ROADGATE_TASK_RUNNER": runner, "ROADGATE_GPU_IMAGE": "roadgate-gpu-worker:test",
+           "AWS_ACCESS_KEY_ID": "test-key", "AWS_SECRET_ACCESS_KEY": "test-secret"}
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO)
 
 
@@ -76,6 +78,7 @@ def test_docker_runner_puts_gpu_tasks_in_the_gpu_image_with_one_gpu(airflow_env)
         assert placed["devices"] == [[["gpu"], 1]]   # one request: capability gpu, count 1
         assert placed["image"] == "roadgate-gpu-worker:test"
         assert (placed["pool"], placed["queue"]) == ("gpu", "gpu")
+        assert placed["private_env"] == ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]   # object storage's keys
 
 
 def test_an_unknown_task_runner_is_refused_by_name(airflow_env):
