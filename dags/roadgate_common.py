@@ -5,7 +5,7 @@ Where GPU tasks run is configuration, read when the DAG files are parsed:
   ROADGATE_TASK_RUNNER=local   (default) in-process on an Airflow worker: LocalExecutor on
                                one GPU box, or CeleryExecutor workers serving the `gpu` queue.
   ROADGATE_TASK_RUNNER=docker  in the GPU worker image (ROADGATE_GPU_IMAGE), through the
-                               Docker provider, with one GPU requested per task.
+                               Docker provider, leasing one of the GPUs it is given.
 
 Either way GPU tasks take a slot of the `gpu` pool (size it to the GPUs you have:
 `airflow pools set gpu N "one slot per GPU"`) and go to the `gpu` queue. In the local runner
@@ -65,14 +65,21 @@ def gpu_task(**kwargs):
         return task(pool=GPU_POOL, queue=GPU_QUEUE, **kwargs)
     if TASK_RUNNER == "docker":
         from docker.types import DeviceRequest, Mount
+
+        from jobs.gpu_lease import lease_directory
         data_dir = os.path.abspath(os.environ.get("ROADGATE_DATA_DIR", "data"))
+        # Every GPU, and the host's lease files: the task leases one inside its container, as
+        # on the host (Docker's count=1 would give every container the same first GPU).
+        leases = lease_directory()
+        leases.mkdir(parents=True, exist_ok=True)   # a bind mount's source must exist
         return task.docker(
             image=GPU_IMAGE, pool=GPU_POOL, queue=GPU_QUEUE,
-            device_requests=[DeviceRequest(count=1, capabilities=[["gpu"]])],
+            device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])],
             # The data directory (staging, Parquet, SQLite) at the same path inside and out.
-            mounts=[Mount(target=data_dir, source=data_dir, type="bind")],
+            mounts=[Mount(target=data_dir, source=data_dir, type="bind"),
+                    Mount(target=str(leases), source=str(leases), type="bind")],
             environment={name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
-            | {"ROADGATE_DATA_DIR": data_dir},
+            | {"ROADGATE_DATA_DIR": data_dir, "ROADGATE_GPU_LEASE_DIR": str(leases)},
             private_environment={name: os.environ[name] for name in FORWARDED_SECRETS if name in os.environ},
             network_mode=os.environ.get("ROADGATE_DOCKER_NETWORK", "bridge"),
             auto_remove="success", mount_tmp_dir=False, **kwargs)

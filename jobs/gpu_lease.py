@@ -83,6 +83,11 @@ def device_count() -> int:
         pynvml.nvmlShutdown()
 
 
+def lease_directory() -> Path:
+    """Where this host's lease files live (ROADGATE_GPU_LEASE_DIR, else DEFAULT_LEASE_DIR)."""
+    return Path(os.environ.get("ROADGATE_GPU_LEASE_DIR", DEFAULT_LEASE_DIR))
+
+
 def cuda_initialised() -> bool:
     """Whether this process has initialised the CUDA driver (torch and PyCUDA both go through
     it), asked without initialising it."""
@@ -119,7 +124,7 @@ def lease(index: int | None = None, timeout_s: float = WAIT_S, *, poll_s: float 
         if index not in devices:
             raise ValueError(f"GPU {index} is not one this process can use (it can use {devices or 'none'})")
         devices = [index]
-    lease_dir = Path(os.environ.get("ROADGATE_GPU_LEASE_DIR", DEFAULT_LEASE_DIR))
+    lease_dir = lease_directory()
     lease_dir.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(PermissionError):   # one of another user's: they opened it to all (as /tmp is)
         lease_dir.chmod(0o1777)

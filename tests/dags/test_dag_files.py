@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.dags.conftest import DAGS, REPO, load_dag
 
@@ -47,7 +48,7 @@ def test_the_gates_are_evaluated_once_per_landing_by_gate_evaluation_alone(airfl
     assert [t.task_id for t in gates.task_dict["evaluate"].downstream_list] == ["report"]
 
 
-def _parse_in_subprocess(runner: str) -> subprocess.CompletedProcess:
+def _parse_in_subprocess(runner: str, leases: Path | None = None, data: Path | None = None) -> subprocess.CompletedProcess:
     script = (
         "import json, sys\n"
         "from airflow.dag_processing.dagbag import BundleDagBag\n"
@@ -60,22 +61,27 @@ def _parse_in_subprocess(runner: str) -> subprocess.CompletedProcess:
         "        out[dag_id] = {'operator': t.operator_class.__name__ if hasattr(t.operator_class, '__name__') else str(t.operator_class),\n"
         "                       'devices': [d['Capabilities'] + [d['Count']] for d in kw['device_requests']],\n"
         "                       'image': kw['image'], 'pool': t.pool, 'queue': t.queue,\n"
-        "                       'private_env': sorted(kw.get('private_environment') or {})}\n"
+        "                       'private_env': sorted(kw.get('private_environment') or {}),\n"
+        "                       'mounts': sorted(m['Target'] for m in kw['mounts'])}\n"
         "print(json.dumps(out, default=str))\n")
     env = {**os.environ, "ROADGATE_TASK_RUNNER": runner, "ROADGATE_GPU_IMAGE": "roadgate-gpu-worker:test",
-           "AWS_ACCESS_KEY_ID": "test-key", "AWS_SECRET_ACCESS_KEY": "test-secret"}
+           "AWS_ACCESS_KEY_ID": "test-key", "AWS_SECRET_ACCESS_KEY": "test-secret",
+           **({"ROADGATE_GPU_LEASE_DIR": str(leases), "ROADGATE_DATA_DIR": str(data)} if leases else {})}
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO)
 
 
-def test_docker_runner_puts_gpu_tasks_in_the_gpu_image_with_one_gpu(airflow_env):
-    out = _parse_in_subprocess("docker")
+def test_docker_runner_puts_gpu_tasks_in_the_gpu_image_with_the_hosts_gpu_leases(airflow_env, tmp_path):
+    leases, data = tmp_path / "leases", tmp_path / "data"
+    out = _parse_in_subprocess("docker", leases, data)
     assert out.returncode == 0, out.stderr[-2000:]
     parsed = json.loads(out.stdout.strip().splitlines()[-1])
     assert parsed["errors"] == {}
     for dag_id in ("nightly_benchmark", "batch_generation"):
         placed = parsed[dag_id]
         assert "Docker" in placed["operator"]
-        assert placed["devices"] == [[["gpu"], 1]]   # one request: capability gpu, count 1
+        # Every GPU, and the host's leases: the task leases one of them inside its container.
+        assert placed["devices"] == [[["gpu"], -1]]
+        assert placed["mounts"] == sorted([str(data), str(leases)])
         assert placed["image"] == "roadgate-gpu-worker:test"
         assert (placed["pool"], placed["queue"]) == ("gpu", "gpu")
         assert placed["private_env"] == ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]   # object storage's keys
