@@ -43,9 +43,10 @@ from urllib.parse import unquote, urlsplit
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jobs.errors import BatchError, GenerateError, InputError, StorageError
 from jobs.gpu_lease import holding_a_gpu
-from jobs.prompts_io import InputError, count_prompts, read_prompts
-from jobs.storage import LocalPath, Location, StorageError, location, write_table
+from jobs.prompts_io import count_prompts, read_prompts
+from jobs.storage import LocalPath, Location, location, write_table
 from jobs.tempfiles import owned_name, remove_dead_temporaries
 
 log = logging.getLogger(__name__)
@@ -68,10 +69,6 @@ SAMPLING_KEYS = tuple(SAMPLING_DEFAULTS)
 STORE_WORKLOAD = "batch-generation"
 # The code a shard ran, as bench records it (jobs.bench.host_facts: git state and jobs.code_identity's hash).
 CODE_FACTS = ("git_sha", "git_dirty", "code_hash")
-
-
-class BatchError(ValueError):
-    """Bad parameters, input or output for a batch generation; the message names the problem."""
 
 
 @dataclass(frozen=True)
@@ -325,7 +322,7 @@ def generate_shard(shard: dict, params: BatchParams, key: str, *,
     part this run already published. The result names the part (commit_batch commits that one)."""
     from engine import LLM
     from jobs.bench import host_facts
-    from jobs.generate import GenerateError, generate_file
+    from jobs.generate import generate_file
 
     part = _location(shard["part_path"], "part_path")
     _owned(params.output, key)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.cli import UsageError
+from jobs.errors import BatchError, UsageError
 
 SAMPLE_CHARS = 120
 
@@ -29,7 +29,6 @@ def summarize(output_uri: str) -> str:
 
 
 def cmd_batch_show(args: argparse.Namespace) -> int:
-    from jobs.batch import BatchError
     try:
         print(summarize(args.output_uri))
     except (BatchError, OSError, ValueError) as e:

@@ -25,9 +25,10 @@ import pyarrow as pa
 
 from jobs import engines, host_monitor
 from jobs.engines import ENGINES, EngineRun
+from jobs.errors import RefError, StoreUnavailable, UsageError, WorkloadError
 from jobs.metrics import agreement, request_row, summarize
 from jobs.validity import run_verdict
-from jobs.workloads import DTYPES, Workload, WorkloadError, get_workload, load_workloads, workloads_file
+from jobs.workloads import DTYPES, Workload, get_workload, load_workloads, workloads_file
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 # How engines are measured, part of every series: figures of different methods are not
@@ -284,7 +285,6 @@ def _workload_choices() -> str:
 
 def check_inputs(args: argparse.Namespace) -> tuple[Workload, str | None]:
     """Everything that can be refused before any engine runs: the workload, the ref, the model, the peers."""
-    from jobs.cli import UsageError
     try:
         workload = get_workload(args.workload)
         workload.requests()   # its chat file read now, not after the first engine ran
@@ -295,7 +295,7 @@ def check_inputs(args: argparse.Namespace) -> tuple[Workload, str | None]:
                          f"contradicts it")
     sha = None
     if args.ref:
-        from jobs.git_ref import RefError, resolve_commit
+        from jobs.git_ref import resolve_commit
         try:
             sha = resolve_commit(args.ref)
         except RefError as e:
@@ -315,7 +315,6 @@ def check_inputs(args: argparse.Namespace) -> tuple[Workload, str | None]:
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    from jobs.cli import UsageError
     # Importing torch, the engines' library, is engine start-up (as loading the model is):
     # the job's own time starts after it.
     import torch  # noqa: F401
@@ -323,7 +322,7 @@ def run_cli(args: argparse.Namespace) -> int:
     workload, sha = check_inputs(args)
     store = None
     if not args.no_store:   # opened and migrated before any engine runs: a bad store must not cost a benchmark
-        from jobs.store import StoreUnavailable, open_ready_store
+        from jobs.store import open_ready_store
         try:
             store = open_ready_store()
         except StoreUnavailable as e:

@@ -12,11 +12,9 @@ import logging
 import os
 import sys
 
+from jobs.errors import UsageError
+
 COMMANDS = ["jobs.generate", "jobs.bench", "jobs.store_cli", "jobs.preflight", "jobs.report_cli", "jobs.batch_cli"]
-
-
-class UsageError(Exception):
-    """Bad input from the user: printed as one line, exit status 2."""
 
 
 class DefaultsShownFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -56,8 +54,5 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-if __name__ == "__main__":
-    # `python -m jobs.cli` (as `bench --ref` runs a commit's bench): this module is __main__ here,
-    # and the subcommands raise jobs.cli's UsageError, so main() must be that module's.
-    from jobs.cli import main as package_main
-    sys.exit(package_main())
+if __name__ == "__main__":   # `python -m jobs.cli`, as `bench --ref` runs a commit's bench
+    sys.exit(main())

@@ -20,7 +20,8 @@ from typing import Callable, Iterator
 import pyarrow as pa
 
 from jobs.atomic import atomic_parquet_writer
-from jobs.prompts_io import InputError, PromptRow, count_prompts, read_prompts
+from jobs.errors import GenerateError, InputError, UsageError
+from jobs.prompts_io import PromptRow, count_prompts, read_prompts
 
 MESSAGES_TYPE = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
 OUTPUT_SCHEMA = pa.schema([
@@ -36,10 +37,6 @@ OUTPUT_SCHEMA = pa.schema([
     ("e2e_s", pa.float64()),
 ])
 ROW_GROUP_SIZE = 256
-
-
-class GenerateError(ValueError):
-    """Bad input for a generation job; nothing was written."""
 
 
 def request_seed(base_seed: int, row_id: str) -> int:
@@ -171,7 +168,6 @@ def register(sub) -> None:
 
 def run_cli(args: argparse.Namespace) -> int:
     from engine import LLM, ModelSourceError, SamplingParams
-    from jobs.cli import UsageError
 
     sampling = {"max_tokens": args.max_tokens, "temperature": args.temperature,
                 "top_p": args.top_p, "top_k": args.top_k}

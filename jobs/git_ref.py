@@ -13,11 +13,9 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from jobs.errors import RefError
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-class RefError(ValueError):
-    """The ref cannot be resolved to a commit, or this code is not in a git checkout."""
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:

@@ -30,7 +30,8 @@ import yaml
 
 from jobs import gpu_lease
 from jobs.atomic import atomic_parquet_writer
-from jobs.workloads import DATA_DIR, WorkloadError, get_workload
+from jobs.errors import WorkloadError
+from jobs.workloads import DATA_DIR, get_workload
 
 if TYPE_CHECKING:
     from jobs import host_monitor

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from jobs import gpu_lease
+from jobs.errors import UsageError
 
 EXIT_CODES = {"quiet": 0, "contended": 3, "noisy": 4}
 # What `roadgate preflight` and `roadgate bench --preflight` wait for by default.
@@ -211,7 +212,6 @@ def register(sub) -> None:
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    from jobs.cli import UsageError
 
     try:
         # Leased while checking, without waiting: a GPU that running tasks hold makes it contended.

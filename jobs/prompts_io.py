@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from jobs.errors import InputError
+
 FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 # Bytes of a line, characters of a CSV field. No model here takes a prompt near this long
 # (131072 tokens are well under 1 MiB of text); the cap keeps one endless line or field
@@ -20,10 +22,6 @@ FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".parquet": "parq
 MAX_ROW_SIZE = 16 * 2**20
 _UTF16_32_BOMS = {codecs.BOM_UTF32_LE: "UTF-32", codecs.BOM_UTF32_BE: "UTF-32",
                   codecs.BOM_UTF16_LE: "UTF-16", codecs.BOM_UTF16_BE: "UTF-16"}
-
-
-class InputError(ValueError):
-    """The prompts file is missing, unreadable or has a bad row."""
 
 
 @dataclass

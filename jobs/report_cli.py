@@ -9,10 +9,10 @@ from pathlib import Path
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from jobs.cli import UsageError
-from jobs.report import StoreNotReady, check_docs, render_dashboard, write_docs
+from jobs.errors import StoreNotReady, StoreUnavailable, UsageError
+from jobs.report import check_docs, render_dashboard, write_docs
 from jobs.store.evidence import export_evidence, import_evidence
-from jobs.store.ready import StoreUnavailable, open_ready_store
+from jobs.store.ready import open_ready_store
 
 EVIDENCE_DIR = "evidence"   # under the docs folder
 

@@ -45,13 +45,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from jobs.errors import StorageError
 from jobs.tempfiles import owned_name, remove_dead_temporaries
 
 CHUNK = 8 << 20
-
-
-class StorageError(ValueError):
-    """A URI that names no usable place; the message names it in one line."""
 
 
 def location(uri: str, what: str) -> Location:

@@ -6,13 +6,13 @@ import re
 
 from sqlalchemy import text
 
-from jobs.cli import UsageError
+from jobs.errors import RoadmapError, StoreUnavailable, UsageError
 from jobs.gates.evaluate import evaluate_gates
-from jobs.gates.roadmap import RoadmapError, load_roadmap, sync_roadmap
+from jobs.gates.roadmap import load_roadmap, sync_roadmap
 from jobs.report.format import format_value, printable, unit_of
 from jobs.store.db import Store, data_dir, migrate_database_url
 from jobs.store.migrate import init_writer_role
-from jobs.store.ready import StoreUnavailable, open_ready_store
+from jobs.store.ready import open_ready_store
 from jobs.store.roles import WRITER_ROLE
 from jobs.store.views import dashboard_names, dashboard_sql
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from jobs.errors import WorkloadError
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
 WORKLOADS_FILE = DATA_DIR / "workloads.yaml"
 SOURCES = ("random_tokens", "chat_file")
@@ -24,10 +26,6 @@ TOKEN_RANGE = (100, 10000)
 # mean, not one 0.5 s sample: samples on that quiet host reached 1.25 in short kernel and
 # steal bursts. 0.25 CPUs taken from an engine on 2 cores is some 12% of its figure at most.
 DEFAULT_MAX_FOREIGN_CPUS = 0.25
-
-
-class WorkloadError(ValueError):
-    """A workload name or spec is bad; the message names the workload and field."""
 
 
 @dataclass(frozen=True)

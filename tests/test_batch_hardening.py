@@ -12,8 +12,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.batch import (BatchError, BatchParams, commit_batch, generate_shard, parse_params, read_committed, run_key,
-                        split_input)
+from jobs.batch import BatchParams, commit_batch, generate_shard, parse_params, read_committed, run_key, split_input
+from jobs.errors import BatchError
 from tests.conftest import CHAT_PROMPTS
 from tests.tiny_model import tiny_model  # noqa: F401  (a fixture)
 

@@ -6,8 +6,9 @@ import os
 import pytest
 
 from jobs.bench import cpu_name
+from jobs.errors import WorkloadError
 from jobs.metrics import Completion, agreement, request_row, summarize
-from jobs.workloads import WorkloadError, get_workload, load_workloads
+from jobs.workloads import get_workload, load_workloads
 from tests.host_support import steady_host
 
 

@@ -12,11 +12,12 @@ import yaml
 from sqlalchemy import text
 
 from jobs.cli import main
-from jobs.gates.roadmap import RoadmapError, parse_roadmap
+from jobs.errors import RoadmapError, WorkloadError
+from jobs.gates.roadmap import parse_roadmap
 from jobs.report.docs import Document, Table, parse_tables, render_markdown
 from jobs.store import IngestError, record_run
 from jobs.store_cli import format_table
-from jobs.workloads import WorkloadError, load_workloads
+from jobs.workloads import load_workloads
 from tests.store_support import db_url, metrics, nightly, pg_database, pg_url, store  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent

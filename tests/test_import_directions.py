@@ -36,3 +36,33 @@ def test_the_check_sees_lazy_imports(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from airflow.sdk import dag\n    import sqlalchemy.orm\n")
     assert imported_packages(module) == {"airflow", "sqlalchemy"}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Dotted names of every module the file imports, at any depth (`from jobs import cli` is jobs.cli)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def jobs_modules() -> list[Path]:
+    return sorted((REPO / "jobs").rglob("*.py"))
+
+
+def test_only_the_command_line_imports_the_cli_module():
+    """The library raises jobs.errors' classes; the CLI (jobs/cli.py, the *_cli.py modules) maps them."""
+    clients = [str(path.relative_to(REPO)) for path in jobs_modules()
+               if path.name != "cli.py" and not path.name.endswith("_cli.py") and "jobs.cli" in imported_modules(path)]
+    assert clients == []
+
+
+def test_the_cli_check_sees_every_import_form(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("from jobs import cli\n")
+    assert "jobs.cli" in imported_modules(module)
+    module.write_text("def f():\n    from jobs.cli import UsageError\n")
+    assert "jobs.cli" in imported_modules(module)

@@ -25,13 +25,13 @@ import pytest
 from moto.server import ThreadedMotoServer
 from sqlalchemy import text
 
-from jobs.batch import BatchError, BatchParams, commit_batch, generate_shard, parse_params, read_committed, run_key, \
-    split_input
+from jobs.batch import BatchParams, commit_batch, generate_shard, parse_params, read_committed, run_key, split_input
 from jobs.cli import main
+from jobs.errors import BatchError, StoreUnavailable
 from jobs.storage import ObjectPath, location
 from jobs.store import record_run
 from jobs.store.parquet import read_run_requests
-from jobs.store.ready import StoreUnavailable, open_ready_store
+from jobs.store.ready import open_ready_store
 from tests.conftest import CHAT_PROMPTS
 from tests.store_support import metrics, nightly
 from tests.test_fault_injection import in_child, kill_points

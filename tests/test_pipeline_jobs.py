@@ -8,7 +8,8 @@ import json
 import pytest
 
 from jobs import nightly
-from jobs.batch import BatchError, BatchParams, commit_batch, parse_params, run_key, split_input
+from jobs.batch import BatchParams, commit_batch, parse_params, run_key, split_input
+from jobs.errors import BatchError
 from jobs.preflight import GpuState, Inputs
 from tests.conftest import CHAT_PROMPTS
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import yaml
 from sqlalchemy import select
 
+from jobs.errors import RoadmapError, WorkloadError
 from jobs.registry import METRICS, MICROBENCHMARKS, workload_names
-from jobs.workloads import WorkloadError
 from jobs.store.db import Store
 from jobs.store.models import RoadmapRow, utcnow
 
@@ -27,10 +27,6 @@ COMPARISONS = {">=": ">=", "≥": ">=", "<=": "<=", "≤": "<="}
 VALIDITY_FIELDS = {"preflight_quiet": bool, "min_duration_s": (int, float), "min_samples": int, "min_agreement": (int, float)}
 REQUIRED = ("id", "title", "metric", "engine", "comparison", "threshold", "workload", "hardware", "max_age_days")
 OPTIONAL = ("validity",)
-
-
-class RoadmapError(ValueError):
-    """The roadmap file is malformed; the message names the row and the field."""
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,5 @@ gate_evaluation's report task calls render_dashboard; `roadgate docs` calls writ
 """
 from jobs.report.docs import DocsDifference, check_docs, write_docs
 from jobs.report.html import render_dashboard
-from jobs.report.queries import StoreNotReady
 
-__all__ = ["DocsDifference", "StoreNotReady", "check_docs", "render_dashboard", "write_docs"]
+__all__ = ["DocsDifference", "check_docs", "render_dashboard", "write_docs"]

@@ -10,6 +10,7 @@ from datetime import datetime
 
 from sqlalchemy import Boolean, DateTime, Float, Integer, String, inspect, text
 
+from jobs.errors import StoreNotReady
 from jobs.store.db import Store
 from jobs.store.views import VIEWS
 
@@ -39,10 +40,6 @@ RECENT_RUNS = text(
 # Unordered: the docs group and sort these few hundred rows themselves, and an ORDER BY here makes
 # SQLite re-run the newest-run lookup per row (1.8 s instead of 0.08 s over 5 years of nightlies).
 LATEST_FIGURES = text("SELECT * FROM v_latest_figures").columns(started_at=DateTime, value=Float)
-
-
-class StoreNotReady(RuntimeError):
-    """The database lacks the views the report reads (never upgraded, or upgraded by an older version)."""
 
 
 def require_views(store: Store) -> None:

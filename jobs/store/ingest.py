@@ -18,10 +18,10 @@ import pyarrow as pa
 from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 
+from jobs.errors import WorkloadError
 from jobs.registry import METRICS, workload_names
 from jobs.store.db import Store
 from jobs.store.leftovers import remove_dead_leftovers
-from jobs.workloads import WorkloadError
 from jobs.store.models import Metric, Run, Series, utcnow
 from jobs.store.parquet import write_requests
 

@@ -13,14 +13,11 @@ from pathlib import Path
 from sqlalchemy import Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
+from jobs.errors import StorageError, StoreUnavailable
 from jobs.store.db import Store, database_url, make_engine, migrate_database_url, normalize_url, parquet_root
 from jobs.store.migrate import upgrade
 from jobs.store.parquet import root_location
-from jobs.storage import LocalPath, StorageError
-
-
-class StoreUnavailable(RuntimeError):
-    """The results store cannot be used as configured; the message names the problem in one line."""
+from jobs.storage import LocalPath
 
 
 def open_ready_store(url: str | None = None, parquet_root_uri: str | None = None,

@@ -2,7 +2,8 @@ import pytest
 import yaml
 from sqlalchemy import func, select
 
-from jobs.gates.roadmap import RoadmapError, load_roadmap, parse_roadmap, sync_roadmap
+from jobs.errors import RoadmapError
+from jobs.gates.roadmap import load_roadmap, parse_roadmap, sync_roadmap
 from jobs.store.models import RoadmapRow
 
 GOOD_ROW = dict(id="ROAD-TEST-ONE", title="t", metric="output_tok_s", engine="roadgate", comparison="≥",

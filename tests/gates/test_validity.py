@@ -5,12 +5,13 @@ import pytest
 from sqlalchemy import select
 
 from jobs import preflight
+from jobs.errors import WorkloadError
 from jobs.gates.evaluate import evaluate_gates
 from jobs.preflight import GpuState
 from jobs.store import record_run
 from jobs.store.models import Run
 from jobs.validity import engine_verdict, lenient_preflight, run_verdict
-from jobs.workloads import WorkloadError, get_workload, load_workloads
+from jobs.workloads import get_workload, load_workloads
 from tests.gates.test_evaluate import NOW, THROUGHPUT, VS_PEER, good_metrics, setup_rows
 from tests.host_support import watched
 from tests.store_support import metrics, nightly

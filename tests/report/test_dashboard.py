@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.report import StoreNotReady, render_dashboard
+from jobs.errors import StoreNotReady
+from jobs.report import render_dashboard
 from jobs.report.html import ROADMAP_COLUMNS, RUNS_COLUMNS
 from jobs.store import open_store
 from tests.conftest import CHAT_PROMPTS

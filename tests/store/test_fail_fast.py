@@ -10,7 +10,8 @@ import pytest
 
 import jobs.bench
 from jobs.cli import main
-from jobs.store import StoreUnavailable, open_ready_store
+from jobs.errors import StoreUnavailable
+from jobs.store import open_ready_store
 from tests.pg_cluster import server_url
 
 # (ROADGATE_DB_URL, a database on the tests' server as "pg:<name>", or a data dir under tmp_path

@@ -9,7 +9,8 @@ from sqlalchemy import make_url, text
 from sqlalchemy.exc import DBAPIError
 
 from jobs.cli import main
-from jobs.store import StoreUnavailable, open_ready_store, record_run
+from jobs.errors import StoreUnavailable
+from jobs.store import open_ready_store, record_run
 from jobs.store.append_only import history_keys
 from jobs.store.models import APPEND_ONLY_TABLES, Annotation, Base, ChangePoint, GateEvaluation, RoadmapRow, Series
 from jobs.store.views import VIEWS
