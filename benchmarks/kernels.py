@@ -55,7 +55,7 @@ def time_ms(fn, warmup=20, reps=200):
     return statistics.median(times)
 
 
-def graph_us(fn, calls=20, reps=50) -> float:
+def graph_us(fn, stream, calls=20, reps=50) -> float:
     """Median µs per call of `fn(i)`, i = 0..calls-1, replayed inside one CUDA graph:
     the per-kernel cost a captured decode step pays, without host launch time (timed
     eagerly, a short kernel's figure was mostly the Python launch: the same attention
@@ -63,13 +63,15 @@ def graph_us(fn, calls=20, reps=50) -> float:
     for i in range(3):
         fn(i)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    # `stream`: one of the ops' own (CudaOps.new_stream): PyCUDA launches only on streams it made.
+    with torch.cuda.graph(graph, stream=stream):
         for i in range(calls):
             fn(i)
     return time_ms(graph.replay, warmup=5, reps=reps) * 1e3 / calls
 
 
 def attention(ops):
+    stream = ops.new_stream()
     print(f"{'case':<52} {'partition':>9} {'median us':>10} {'GB/s':>8} {'% of copy ceiling':>18}")
     for B, ctx in [(256, 1024), (1, 256), (64, 1024), (256, 4096)]:
         q, caches, meta, nbytes = decode_case(B, ctx)
@@ -79,7 +81,7 @@ def attention(ops):
         for partition in [default] + [p for p in (64, 128, 256, 512, 1024) if p != default and p <= ctx]:
             # Calls rotate over the cache copies: a small case's cache would otherwise sit in L2.
             us = graph_us(lambda i: ops._decode(q, caches[i % len(caches)][0], caches[i % len(caches)][1], meta,
-                                                64 ** -0.5, out, "bf16", B, 9, 3, 64, 16, partition))
+                                                64 ** -0.5, out, "bf16", B, 9, 3, 64, 16, partition), stream)
             gbs = nbytes / (us * 1e-6) / 1e9
             label = f"decode attn B={B} ctx={ctx} (9q/3kv, d=64)" + (" *" if partition == default else "")
             print(f"{label:<52} {partition:>9} {us:>10.1f} {gbs:>8.0f} "
@@ -91,6 +93,7 @@ def linear(ops):
     kernels at every row count they serve (gemv_max_rows=8)."""
     print(f"{'layer (rows x K -> N)':<36} {'fused ops us':>12} {'norm/act + cuBLAS us':>21}")
     dt = torch.bfloat16
+    stream = ops.new_stream()
     for M in (1, 2, 4, 8):
         for name, K, N in (("norm+qkv", 576, 960), ("o", 576, 576), ("norm+gate_up", 576, 3072),
                            ("silu+down", 1536, 576)):
@@ -108,13 +111,13 @@ def linear(ops):
                 x = torch.randn(M, K, dtype=dt, device="cuda")
                 ours = lambda i: ops.linear(x, w)  # noqa: E731
                 theirs = lambda i: F.linear(x, w)  # noqa: E731
-            print(f"{f'{name} ({M} x {K} -> {N})':<36} {graph_us(ours):>12.2f} {graph_us(theirs):>21.2f}")
+            print(f"{f'{name} ({M} x {K} -> {N})':<36} {graph_us(ours, stream):>12.2f} {graph_us(theirs, stream):>21.2f}")
     for M in (1, 256):
         hidden = torch.randn(M, 576, dtype=dt, device="cuda")
         head = torch.randn(49152, 576, dtype=dt, device="cuda")
         head32 = head.float()
-        print(f"{f'lm_head ({M} x 576 -> 49152) bf16->f32':<36} {graph_us(lambda i: ops.logits(hidden, head)):>12.2f} "
-              f"{graph_us(lambda i: F.linear(hidden.float(), head32)):>21.2f}  (right: the float32 head)")
+        print(f"{f'lm_head ({M} x 576 -> 49152) bf16->f32':<36} {graph_us(lambda i: ops.logits(hidden, head), stream):>12.2f} "
+              f"{graph_us(lambda i: F.linear(hidden.float(), head32), stream):>21.2f}  (right: the float32 head)")
 
 
 def main():

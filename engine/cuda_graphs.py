@@ -37,6 +37,9 @@ class DecodeGraphs:
         self.temperature, self.top_p = zeros(rows, dtype=torch.float32), zeros(rows, dtype=torch.float32, fill=1)
         self.top_k, self.seeds, self.counters = zeros(rows, dtype=torch.int32), zeros(rows), zeros(rows)
         self._graphs: dict[tuple[int, bool], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        # Warm-up runs and captures go on a side stream of the ops' own (PyCUDA launches
+        # only on streams it made), off the default stream as capture requires.
+        self.side_stream = model.ops.new_stream()
         pool = torch.cuda.graph_pool_handle()
         for bucket in reversed(self.buckets):      # largest first: the smaller ones reuse its pool
             for greedy in (True, False):
@@ -78,12 +81,12 @@ class DecodeGraphs:
     def _capture(self, b: int, greedy: bool, pool) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         # One eager run first, on a side stream: it initialises cuBLAS and allocator state
         # that must not be created during capture.
-        side = torch.cuda.Stream()
+        side = self.side_stream
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             self._step(b, greedy)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
+        with torch.cuda.graph(graph, pool=pool, stream=side):
             tokens = self._step(b, greedy)
         return graph, tokens

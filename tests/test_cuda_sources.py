@@ -1,4 +1,5 @@
 """Every cuda_src/*.cu compiles for sm_90 with the local nvcc (CPU CI: no GPU needed), and ships in an install."""
+import re
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,40 @@ def test_an_installed_roadgate_carries_the_kernel_sources(tmp_path):
     assert listing[0] == str(target / "cuda_src")
     shipped = set(listing[1].split())
     assert {p.name for p in repo.joinpath("cuda_src").glob("*.cu*")} <= shipped and "common.cuh" in shipped
+
+
+def declared_kernels(source: str) -> dict[re.Pattern, list[str]]:
+    """The source's `extern "C"` kernels: a pattern of the exported name (a macro's ##N## parts stand for
+    letters and digits) -> each parameter's signature letter (P pointer, l int64, f float, i int)."""
+    text = source.replace("\\\n", " ")
+    kernels = {}
+    for m in re.finditer(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*(?:\([^)]*\))?[^)]*\) )?'
+                         r'([\w#]+)\s*\(([^)]*)\)', text):
+        name = re.escape(m[1]).replace(r"\#\#", "##")
+        name = re.sub(r"##\w+##|##\w+", "[A-Za-z0-9]+", name)
+        params = [p.strip() for p in m[2].split(",") if p.strip()]
+        kernels[re.compile(name + "$")] = ["P" if "*" in p else "l" if "int64_t" in p else "f" if p.startswith(
+            ("float", "const float")) else "i" for p in params]
+    return kernels
+
+
+def test_the_kernel_table_matches_the_sources_parameters_and_constants():
+    """Every kernel cuda_ops launches is declared in its source with the parameters the table
+    gives it; every constant the host mirrors is the source's."""
+    from engine.ops.kernel_table import CONSTANTS, KERNELS
+    declared = {stem: declared_kernels((cuda_build.SRC_DIR / f"{stem}.cu").read_text())
+                for stem in {spec.source for spec in KERNELS}}
+    for spec in KERNELS:
+        found = [letters for pattern, letters in declared[spec.source].items() if pattern.match(spec.name)]
+        assert found, f"{spec.name}: no extern \"C\" kernel of {spec.source}.cu exports it"
+        assert "".join(found[0]) == spec.signature, f"{spec.name}: the source takes {''.join(found[0])}"
+    for name, (source, source_name, value) in CONSTANTS.items():
+        text = (cuda_build.SRC_DIR / source).read_text()
+        assert re.search(rf"constexpr int [^;]*\b{source_name} = {value}\b", text), f"{name}: {source} has no " \
+                                                                                  f"{source_name} = {value}"
+
+
+def test_the_check_sees_a_drifted_signature():
+    source = 'extern "C" __global__ void embed_rows(const int64_t* ids, const char* t, char* out, int64_t n) {}'
+    [(pattern, letters)] = declared_kernels(source).items()
+    assert pattern.match("embed_rows") and "".join(letters) == "PPPl"   # the table's PPPi would now fail

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 
 import torch
 
 from engine.config import EngineConfig
+from engine.ops import cuda_build
 from engine.ops.base import AttentionMetadata, Ops, SamplingTensors
 
 __all__ = ["AttentionMetadata", "Ops", "SamplingTensors", "select_backend", "make_ops"]
@@ -23,9 +22,10 @@ def cuda_unavailable_reason() -> str | None:
         import pycuda  # noqa: F401
     except ImportError:
         return "pycuda is not installed"
-    cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-    if shutil.which("nvcc") is None and not os.path.exists(os.path.join(cuda_home, "bin", "nvcc")):
-        return "nvcc (the CUDA compiler PyCUDA needs) is not on PATH nor in CUDA_HOME"
+    try:
+        cuda_build.nvcc_path()
+    except RuntimeError:
+        return "nvcc (the CUDA compiler the kernels need) is not on PATH nor in CUDA_HOME"
     return None
 
 

@@ -4,19 +4,14 @@ Compilation: `nvcc -cubin` for the device's arch, one cubin per source file,
 cached under ~/.cache/roadgate (or $ROADGATE_CACHE) by a hash of the sources
 (headers included), arch, flags and nvcc version; files compile in parallel.
 
-Launching: PyCUDA's own launch path (`Function.__call__`, `prepared_async_call`,
-`_launch_kernel`) only takes a `pycuda.driver.Stream`, which cannot wrap a
-foreign CUstream, and a launch on any stream other than torch's current one is
-neither ordered with torch's work nor captured into CUDA graphs. So modules are
-loaded and kernels launched with the CUDA driver API (ctypes on libcuda, the
-same library PyCUDA binds), on `torch.cuda.current_stream().cuda_stream`, in the
-primary context that torch created and PyCUDA retains (see cuda_ops.py).
+Launching: PyCUDA loads each cubin (`module_from_buffer`) and launches prepared
+calls (`prepared_async_call`) on torch's current stream, which must be the default
+stream or one PyCUDA made and torch adopted (`Launcher.new_stream`).
 
 This module imports no GPU library at import time, so CPU CI can compile with it.
 """
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import importlib.util
 import os
@@ -79,70 +74,79 @@ def build_all(arch: str) -> dict[str, Path]:
     return {src.stem: dst for src, dst in wanted.items()}
 
 
-_ARG_TYPES = {"P": ctypes.c_void_p, "i": ctypes.c_int32, "l": ctypes.c_int64, "f": ctypes.c_float}
-_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+# Kernel signatures: P pointer, i int32, l int64, f float32; PyCUDA packs them with struct.
+_STRUCT_FORMAT = {"P": "P", "i": "i", "l": "q", "f": "f"}
 
 
-class Driver:
-    """The few CUDA driver calls the ops need, with errors turned into RuntimeError."""
+class Launcher:
+    """Loads cubins and launches their kernels through PyCUDA, in the primary context that
+    torch created and PyCUDA retains (see cuda_ops.py).
+
+    PyCUDA launches only on streams it created: the legacy default stream (torch's default,
+    handle 0) or a `pycuda.driver.Stream`. So every other stream the engine's kernels run on
+    is made here and adopted by torch (`new_stream`): torch's work and our launches on it are
+    ordered, and a graph captured on it records both."""
 
     def __init__(self, debug: bool = False):
-        self.lib = ctypes.CDLL("libcuda.so.1")
-        self.lib.cuLaunchKernel.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
-                                            ctypes.c_void_p, ctypes.c_void_p]
-        self.debug = debug
+        import pycuda.driver as drv
+        self.drv, self.debug = drv, debug
+        self._streams: dict[int, object] = {}   # CUstream handle -> the pycuda.driver.Stream
 
-    def check(self, code: int, what: str) -> None:
-        if code != 0:
-            msg = ctypes.c_char_p()
-            self.lib.cuGetErrorString(code, ctypes.byref(msg))
-            raise RuntimeError(f"{what}: CUDA error {code} ({(msg.value or b'?').decode()})")
+    def new_stream(self):
+        """A stream for torch (`torch.cuda.stream(s)`, `torch.cuda.graph(g, stream=s)`) that
+        our kernels can be launched on."""
+        import torch
+        stream = self.drv.Stream()
+        self._streams[stream.handle] = stream
+        return torch.cuda.ExternalStream(stream.handle)
+
+    def stream(self, handle: int):
+        """The PyCUDA stream for torch's stream `handle`; None is the default stream."""
+        if handle == 0:
+            return None
+        try:
+            return self._streams[handle]
+        except KeyError:
+            raise RuntimeError("kernel launch on a CUDA stream PyCUDA did not create: run it on the default "
+                               "stream or on one from CudaOps.new_stream()") from None
 
     def load(self, cubin: Path) -> "Module":
-        return Module(self, cubin.read_bytes())
+        return Module(self, self.drv.module_from_buffer(cubin.read_bytes()))
 
 
 class Module:
-    def __init__(self, driver: Driver, image: bytes):
-        self.driver, self._image = driver, image  # the driver may read the image lazily: keep it alive
-        self.handle = ctypes.c_void_p()
-        driver.check(driver.lib.cuModuleLoadData(ctypes.byref(self.handle), image), "cuModuleLoadData")
+    def __init__(self, launcher: Launcher, module):
+        self.launcher, self.module = launcher, module
 
     def kernel(self, name: str, signature: str) -> "Kernel":
         return Kernel(self, name, signature)
 
 
 class Kernel:
-    """A kernel with its argument signature (P pointer, i int32, l int64, f float32).
-
-    Pointer arguments take torch tensors (their data_ptr), None (null) or ints.
-    """
+    """A prepared kernel: called with grid, block and its arguments. Pointer arguments take
+    torch tensors (their data_ptr), None (null) or ints."""
 
     def __init__(self, module: Module, name: str, signature: str):
-        self.driver, self.name, self.types = module.driver, name, [_ARG_TYPES[c] for c in signature]
-        self.handle = ctypes.c_void_p()
-        self.driver.check(self.driver.lib.cuModuleGetFunction(ctypes.byref(self.handle), module.handle,
-                                                              name.encode()), f"cuModuleGetFunction({name})")
+        self.launcher, self.name, self.arity = module.launcher, name, len(signature)
+        self.function = module.module.get_function(name)
+        self.function.prepare("".join(_STRUCT_FORMAT[c] for c in signature))
         self._smem_limit = 0  # dynamic shared memory opted in so far
 
-    def __call__(self, grid, block, *args, shared: int = 0, stream: int | None = None) -> None:
+    def __call__(self, grid, block, *args, shared: int = 0) -> None:
         import torch
-        if len(args) != len(self.types):
-            raise TypeError(f"{self.name} takes {len(self.types)} arguments, got {len(args)}")
-        values = [t(a.data_ptr() if isinstance(a, torch.Tensor) else a) for t, a in zip(self.types, args)]
-        params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+        drv = self.launcher.drv
+        if len(args) != self.arity:
+            raise TypeError(f"{self.name} takes {self.arity} arguments, got {len(args)}")
+        values = [a.data_ptr() if isinstance(a, torch.Tensor) else 0 if a is None else a for a in args]
         if shared > self._smem_limit:  # static + dynamic may pass 48 KB only after this opt-in
-            self.driver.check(self.driver.lib.cuFuncSetAttribute(
-                self.handle, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, ctypes.c_int(shared)),
-                f"raising {self.name}'s shared memory to {shared}")
+            self.function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
             self._smem_limit = shared
         grid = (*grid, 1, 1)[:3] if isinstance(grid, tuple) else (grid, 1, 1)
         block = (*block, 1, 1)[:3] if isinstance(block, tuple) else (block, 1, 1)
-        if stream is None:
-            stream = torch.cuda.current_stream().cuda_stream
-        lib = self.driver.lib
-        self.driver.check(lib.cuLaunchKernel(self.handle, *grid, *block, shared, stream,
-                                              ctypes.cast(params, ctypes.c_void_p), None),
-                          f"launching {self.name} grid={grid} block={block}")
-        if self.driver.debug and not torch.cuda.is_current_stream_capturing():
-            self.driver.check(lib.cuStreamSynchronize(ctypes.c_void_p(stream)), f"running {self.name}")
+        stream = self.launcher.stream(torch.cuda.current_stream().cuda_stream)
+        try:
+            self.function.prepared_async_call(grid, block, stream, *values, shared_size=shared)
+            if self.launcher.debug and not torch.cuda.is_current_stream_capturing():
+                (stream or drv.Context).synchronize()
+        except drv.Error as e:
+            raise RuntimeError(f"{self.name} grid={grid} block={block}: {e}") from e

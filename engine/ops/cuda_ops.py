@@ -15,14 +15,15 @@ import torch
 from engine.config import EngineConfig
 from engine.ops import cuda_build
 from engine.ops.base import AttentionMetadata, Ops, SamplingTensors
+from engine.ops.kernel_table import DECODE_GROUPS, KERNELS, constant
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
-_PREFILL_TILE = 64
-_DECODE_THREADS = 128
-_DECODE_GROUPS = (1, 2, 3, 4, 8)   # query heads per KV head the decode kernel is built for (exactly)
-_MAX_PARTITION = 1024   # both as in attention_decode.cu
-_MIN_BLOCK_SIZE = 8
-_GEMV_WARPS, _GEMV_KERNEL_MAX_ROWS = 4, 8   # as in gemv.cu
+# Shared with cuda_src/ through the kernel table, which a CPU test checks against the sources.
+_PREFILL_TILE = constant("PREFILL_TILE")
+_DECODE_THREADS = constant("DECODE_THREADS")
+_MAX_PARTITION = constant("MAX_PARTITION")
+_MIN_BLOCK_SIZE = constant("MIN_BLOCK_SIZE")
+_GEMV_WARPS, _GEMV_KERNEL_MAX_ROWS = constant("GEMV_WARPS"), constant("GEMV_MAX_ROWS")
 _SMEM_BYTES = 48 * 1024              # the gemv's x' must fit without an opt-in
 
 
@@ -64,31 +65,18 @@ class CudaOps(Ops):
             cubins = cuda_build.build_all(f"sm_{major}{minor}")
         except RuntimeError as e:
             raise RuntimeError(f"CudaOps: compiling cuda_src failed: {e}") from e
-        driver = cuda_build.Driver(debug=config.cuda_debug)
-        mods = {stem: driver.load(path) for stem, path in cubins.items()}
-        k = {}
-        k["embed"] = mods["embedding"].kernel("embed_rows", "PPPi")
-        k["decode_inputs"] = mods["decode_inputs"].kernel("build_decode_inputs", "PPPiiPPPi")
-        for dt in _DTYPES.values():
-            k["rms_norm", dt] = mods["rms_norm"].kernel(f"rms_norm_{dt}", "PPPPPif")
-            k["silu", dt] = mods["silu_mul"].kernel(f"silu_and_mul_{dt}", "PPil")
-            k["rope", dt] = mods["rope_cache"].kernel(f"rope_and_cache_{dt}", "PPPPPPPPiiilll")
-            k["sample", dt] = mods["sample"].kernel(f"sample_{dt}", "PiPPPPPPi")
-            if dt != "f32":
-                k["gemv_plain", dt] = mods["gemv"].kernel(f"gemv_plain_{dt}", "PPPiii")
-                k["gemv_norm", dt] = mods["gemv"].kernel(f"gemv_norm_{dt}", "PPPPPPiiif")
-                k["gemv_silu", dt] = mods["gemv"].kernel(f"gemv_silu_{dt}", "PPPiii")
-                k["gemv_qkv_rope", dt] = mods["gemv"].kernel(f"gemv_norm_qkv_rope_{dt}", "PPPPPPiifPPPPPiii")
-            for d in (64, 128):
-                k["prefill", dt, d] = mods["attention_prefill"].kernel(f"attn_prefill_{dt}_d{d}", "PlPPPiPPPiiif")
-                for g in _DECODE_GROUPS:
-                    k["decode", dt, d, g] = mods["attention_decode"].kernel(
-                        f"attn_decode_{dt}_d{d}_g{g}", "PlPPPiPPPPPPiiiiifPPP")
-        self._k = k
+        self.launcher = cuda_build.Launcher(debug=config.cuda_debug)
+        mods = {stem: self.launcher.load(path) for stem, path in cubins.items()}
+        self._k = {spec.key: mods[spec.source].kernel(spec.name, spec.signature) for spec in KERNELS}
         # Decode attention's per-(sequence, KV head) split counters. Kernels leave them
         # zero; a larger batch gets a new buffer, and old ones stay alive because
         # captured CUDA graphs hold their addresses.
         self._split_counters: list[torch.Tensor] = []
+
+    def new_stream(self) -> torch.cuda.ExternalStream:
+        """A torch stream these kernels can run on (beside the default one): for side work
+        and graph capture."""
+        return self.launcher.new_stream()
 
     def embed(self, token_ids, weight):
         out = torch.empty((token_ids.shape[0], weight.shape[1]), dtype=weight.dtype, device=weight.device)
@@ -241,8 +229,8 @@ class CudaOps(Ops):
 
     def _decode(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs, partition=None, rope=None):
         G = nh // nkv
-        if G not in _DECODE_GROUPS:
-            raise ValueError(f"cuda decode attention is built for {_DECODE_GROUPS} query heads per KV head, not {G}")
+        if G not in DECODE_GROUPS:
+            raise ValueError(f"cuda decode attention is built for {DECODE_GROUPS} query heads per KV head, not {G}")
         partition = partition or self.decode_partition(B, nkv, meta.max_seq_len)
         splits = math.ceil(meta.max_seq_len / partition)
         if splits > 1:

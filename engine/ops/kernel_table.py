@@ -1,0 +1,62 @@
+"""Every kernel the cuda backend launches, and the constants it shares with cuda_src/.
+
+cuda_ops prepares its launchers from KERNELS; tests/test_cuda_sources.py checks, on CPU,
+that each entry names an `extern "C"` kernel of its source whose parameters match the
+signature, and that each constant here is the one its source declares. A parameter or a
+constant changed on one side only fails there, not as a wrong launch on the GPU.
+
+Signatures: one letter per parameter, P pointer, i int32, l int64, f float32.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DTYPES = ("bf16", "f16", "f32")
+HEAD_DIMS = (64, 128)
+DECODE_GROUPS = (1, 2, 3, 4, 8)   # query heads per KV head the decode kernel is built for (exactly)
+
+# The host's name -> (source, the source's name, value): `constexpr int NAME = value` there.
+CONSTANTS = {
+    "PREFILL_TILE": ("attention_prefill.cu", "BM", 64),
+    "DECODE_THREADS": ("attention_decode.cu", "THREADS", 128),
+    "MAX_PARTITION": ("attention_decode.cu", "MAX_PARTITION", 1024),
+    "MIN_BLOCK_SIZE": ("attention_decode.cu", "MIN_BLOCK_SIZE", 8),
+    "GEMV_WARPS": ("gemv.cu", "WARPS", 4),
+    "GEMV_MAX_ROWS": ("gemv.cu", "MAX_ROWS", 8),
+}
+
+
+def constant(name: str) -> int:
+    return CONSTANTS[name][2]
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    key: str | tuple     # how cuda_ops looks it up
+    source: str          # the .cu file's stem
+    name: str            # the exported symbol
+    signature: str
+
+
+def _specs() -> list[KernelSpec]:
+    specs = [KernelSpec("embed", "embedding", "embed_rows", "PPPi"),
+             KernelSpec("decode_inputs", "decode_inputs", "build_decode_inputs", "PPPiiPPPi")]
+    for dt in DTYPES:
+        specs += [KernelSpec(("rms_norm", dt), "rms_norm", f"rms_norm_{dt}", "PPPPPif"),
+                  KernelSpec(("silu", dt), "silu_mul", f"silu_and_mul_{dt}", "PPil"),
+                  KernelSpec(("rope", dt), "rope_cache", f"rope_and_cache_{dt}", "PPPPPPPPiiilll"),
+                  KernelSpec(("sample", dt), "sample", f"sample_{dt}", "PiPPPPPPi")]
+        if dt != "f32":   # the gemv kernels read 16-bit weights only
+            specs += [KernelSpec(("gemv_plain", dt), "gemv", f"gemv_plain_{dt}", "PPPiii"),
+                      KernelSpec(("gemv_norm", dt), "gemv", f"gemv_norm_{dt}", "PPPPPPiiif"),
+                      KernelSpec(("gemv_silu", dt), "gemv", f"gemv_silu_{dt}", "PPPiii"),
+                      KernelSpec(("gemv_qkv_rope", dt), "gemv", f"gemv_norm_qkv_rope_{dt}", "PPPPPPiifPPPPPiii")]
+        for d in HEAD_DIMS:
+            specs.append(KernelSpec(("prefill", dt, d), "attention_prefill", f"attn_prefill_{dt}_d{d}",
+                                    "PlPPPiPPPiiif"))
+            specs += [KernelSpec(("decode", dt, d, g), "attention_decode", f"attn_decode_{dt}_d{d}_g{g}",
+                                 "PlPPPiPPPPPPiiiiifPPP") for g in DECODE_GROUPS]
+    return specs
+
+
+KERNELS = _specs()
