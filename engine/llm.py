@@ -10,6 +10,7 @@ import torch
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.detokenizer import StopStringDetector
 from engine.model import LlamaModel
 from engine.model_runner import ModelRunner
 from engine.model_source import resolve
@@ -77,6 +78,7 @@ class LLM:
             graphs = DecodeGraphs(config, self.model, self.kv_cache, self.device)
         self.runner = ModelRunner(config, self.model, self.kv_cache, self.device, graphs)
         self._next_request_id = 0
+        self._stop_detectors: dict[int, StopStringDetector] = {}   # by request id, while it runs
         self._in_flight = None     # the launched step whose tokens the host has not read yet
         # Host seconds per phase of step(); read_and_finish includes waiting for the GPU
         # (runner.syncs.wait_s): a host-bound loop shows little wait.
@@ -151,6 +153,8 @@ class LLM:
         self._next_request_id += 1
         seed = params.seed if params.seed is not None else (self.config.seed * 1_000_003 + rid) & (2**63 - 1)
         seq = Sequence(rid, ids, params, seed)
+        if params.stop and self.tokenizer:
+            self._stop_detectors[rid] = StopStringDetector(self.tokenizer, params.stop)
         self.scheduler.add(seq)
         return seq
 
@@ -191,6 +195,7 @@ class LLM:
             if reason:
                 seq.finish(reason, now, index)
                 self.scheduler.finish(seq)
+                self._stop_detectors.pop(seq.request_id, None)
                 finished.append(seq)
         return finished
 
@@ -199,17 +204,17 @@ class LLM:
         if token in p.stop_token_ids or (not p.ignore_eos and self.tokenizer
                                          and token in self.tokenizer.eos_token_ids):
             return "stop"
-        if p.stop and self.tokenizer and self._stop_string_at(seq, index) is not None:
+        detector = self._stop_detectors.get(seq.request_id)
+        if detector and detector.append(token) is not None:
             return "stop"
         if index + 1 - seq.num_prompt_tokens >= p.max_tokens or index + 1 >= self.max_model_len:
             return "length"
         return None
 
-    def _stop_string_at(self, seq: Sequence, last_index: int | None = None) -> int | None:
-        """Where the first stop string starts in the output text (up to token `last_index`)."""
-        end = None if last_index is None else last_index + 1
-        text = self.tokenizer.decode(seq.token_ids[seq.num_prompt_tokens:end])
-        hits = [i for i in (text.find(s) for s in seq.sampling.stop) if i >= 0]
+    @staticmethod
+    def _stop_string_at(text: str, stop: list[str]) -> int | None:
+        """Where the first stop string starts in `text`."""
+        hits = [i for i in (text.find(s) for s in stop) if i >= 0]
         return min(hits) if hits else None
 
     def _output(self, seq: Sequence) -> RequestOutput:
@@ -218,7 +223,7 @@ class LLM:
         text = ""
         if self.tokenizer is not None:
             text = self.tokenizer.decode(ids)
-            cut = self._stop_string_at(seq) if p.stop and seq.finish_reason == "stop" else None
+            cut = self._stop_string_at(text, p.stop) if p.stop and seq.finish_reason == "stop" else None
             if cut is not None:
                 text = text[:cut]
         return RequestOutput(seq.request_id, seq.prompt_token_ids, text, ids, seq.finish_reason,

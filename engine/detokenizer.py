@@ -1,0 +1,38 @@
+"""Output text grown one token at a time, for stop strings: each token decodes a window of
+a few tokens, not the whole output, which made a request's stop checks quadratic in its length.
+
+The window is vLLM's: the text of tokens [prefix, read) is already emitted; decoding
+[prefix, end) and dropping that text yields the new token's text, held back while it ends
+in U+FFFD (a character whose bytes the next token completes).
+"""
+from __future__ import annotations
+
+from typing import Sequence as Seq
+
+from engine.tokenizer import Tokenizer
+
+REPLACEMENT = "\ufffd"
+
+
+class StopStringDetector:
+    def __init__(self, tokenizer: Tokenizer, stop: Seq[str]):
+        self.tokenizer, self.stop = tokenizer, list(stop)
+        # A stop string may end in the new text yet start this much before it.
+        self.overlap = max(len(s) for s in self.stop) - 1
+        self.ids: list[int] = []
+        self.text = ""
+        self.prefix = self.read = 0
+
+    def append(self, token_id: int) -> int | None:
+        """Takes the next output token; where in the output text the first stop string starts,
+        once one has appeared (None until then)."""
+        self.ids.append(token_id)
+        emitted = self.tokenizer.decode(self.ids[self.prefix:self.read])
+        window = self.tokenizer.decode(self.ids[self.prefix:])
+        if len(window) <= len(emitted) or window.endswith(REPLACEMENT):
+            return None
+        start = max(len(self.text) - self.overlap, 0)
+        self.text += window[len(emitted):]
+        self.prefix, self.read = self.read, len(self.ids)
+        hits = [i for i in (self.text.find(s, start) for s in self.stop) if i >= 0]
+        return min(hits) if hits else None
