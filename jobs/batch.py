@@ -67,7 +67,7 @@ SAMPLING_DEFAULTS = {"max_tokens": 256, "temperature": 0.0, "top_p": 1.0, "top_k
 SAMPLING_KEYS = tuple(SAMPLING_DEFAULTS)
 # What the store's runs.workload says for a batch generation (it is not a bench workload).
 STORE_WORKLOAD = "batch-generation"
-# The code a shard ran, as bench records it (jobs.bench.host_facts: git state and jobs.code_identity's hash).
+# The code a shard ran, as bench records it (jobs.host_facts: git state and jobs.code_identity's hash).
 CODE_FACTS = ("git_sha", "git_dirty", "code_hash")
 
 
@@ -252,9 +252,9 @@ def split_input(params: BatchParams, key: str) -> list[dict]:
 
     The first split claims the output directory with the input's size and sha256; a retry
     returns the shards already written, or fails if the input is no longer the one claimed."""
-    from jobs.bench import _utcnow
+    from jobs.store.models import utcnow
 
-    started_at = _utcnow()
+    started_at = utcnow()
     _claimed(params.output, key)   # another run's directory: refused before the input is read
     local = None
     try:
@@ -321,7 +321,7 @@ def generate_shard(shard: dict, params: BatchParams, key: str, *,
     link, or an object of its own: a part, once there, is never replaced); skip a shard whose
     part this run already published. The result names the part (commit_batch commits that one)."""
     from engine import LLM
-    from jobs.bench import host_facts
+    from jobs.host_facts import host_facts
     from jobs.generate import generate_file
 
     part = _location(shard["part_path"], "part_path")
@@ -370,8 +370,8 @@ def commit_batch(shard_results: list[dict], params: BatchParams, key: str, dag_i
     two commits of the run, given the same results, commit the same parts. Idempotent: a re-run
     finds the batch committed (and its parts as committed) or the run recorded, and writes the
     same manifest."""
-    from jobs.bench import _utcnow
     from jobs.store import MetricRecord, RunRecord, open_store, record_run, upgrade
+    from jobs.store.models import utcnow
 
     output = params.output
     claim = _owned(output, key)
@@ -396,7 +396,7 @@ def commit_batch(shard_results: list[dict], params: BatchParams, key: str, dag_i
     if total != split["input_rows"]:
         raise BatchError(f"the parts hold {total} rows, the input {split['input_rows']}")
 
-    finished = _utcnow()
+    finished = utcnow()
     started = datetime.fromisoformat(split["started_at"])
     engine_s = sum(r["engine_s"] or 0.0 for r in shard_results)
     tokens = sum(r["output_tokens"] for r in shard_results)

@@ -11,14 +11,12 @@ import contextlib
 import importlib.util
 import json
 import os
-import platform
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -26,7 +24,9 @@ import pyarrow as pa
 from jobs import engines, host_monitor
 from jobs.engines import ENGINES, EngineRun
 from jobs.errors import RefError, StoreUnavailable, UsageError, WorkloadError
+from jobs.host_facts import host_facts
 from jobs.metrics import agreement, request_row, summarize
+from jobs.store.models import utcnow
 from jobs.validity import run_verdict
 from jobs.workloads import DTYPES, Workload, get_workload, load_workloads, workloads_file
 
@@ -164,70 +164,6 @@ class RefRunError(RuntimeError):
         self.returncode = returncode
 
 
-VECTOR_ISAS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "asimd")   # widest first
-
-
-def cpu_name() -> str:
-    """The host CPU as results depend on it: model, logical cores, widest vector ISA
-    (e.g. "AMD EPYC x2 avx512_bf16"). Two 2-core EPYC hosts of this project, one with
-    AVX-512 BF16 and one with AVX2 only, ran the CPU workloads 3.5x apart."""
-    model, isa = _cpu_model_and_isa()
-    return " ".join(filter(None, (model, f"x{os.cpu_count()}", isa)))
-
-
-def cpu_class() -> str:
-    """The hardware class of a CPU host, as CPU roadmap rows name it: "cpu-<widest vector ISA>"."""
-    return "cpu-" + (_cpu_model_and_isa()[1] or "unknown")
-
-
-def _cpu_model_and_isa() -> tuple[str, str | None]:
-    model, flags = platform.processor() or platform.machine(), set()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and value.strip():
-                model = value.strip()
-            elif key.strip() in ("flags", "Features"):
-                flags = set(value.split())
-    return model, next((f for f in VECTOR_ISAS if f in flags), None)
-
-
-def hardware_class(gpu_name: str | None = None) -> str:
-    """This host's hardware class as roadmap rows name it: the GPU model's last word ("H200"), else
-    the CPU class ("cpu-avx512_bf16"). Without `gpu_name`, torch is asked for the GPU."""
-    if gpu_name is None:
-        import torch
-        gpu_name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return gpu_name.split()[-1] if gpu_name else cpu_class()
-
-
-def host_facts() -> dict:
-    """What the run ran on: host, CPU, GPU, driver, CUDA, and the code: its git state and
-    the hash of its files, which names it also in a dirty or copied tree (RunRecord's
-    fields of those names)."""
-    import torch
-
-    from jobs.code_identity import code_hash
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    driver = None
-    if gpu:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                    capture_output=True, text=True, timeout=10).stdout.strip() or None
-    sha = dirty = None
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        repo = Path(__file__).resolve().parent.parent
-        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True)
-        if out.returncode == 0:
-            sha = out.stdout.strip()
-            dirty = bool(subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                                        capture_output=True, text=True).stdout.strip())
-    return {"host": socket.gethostname(), "cpu_name": cpu_name(), "gpu_name": gpu, "driver_version": driver,
-            "cuda_version": torch.version.cuda if gpu else None,
-            "hardware_class": hardware_class(gpu), "git_sha": sha, "git_dirty": dirty,
-            "code_hash": code_hash()}
-
-
 def format_table(results: list[BenchResult]) -> str:
     head = f"{'workload':<20}{'engine':<16}{'out tok/s':>11}{'TTFT p50 ms':>13}{'TPOT p50 ms':>13}" \
            f"{'E2E p50 s':>11}{'agree':>7}{'wall s':>8}"
@@ -243,10 +179,6 @@ def format_table(results: list[BenchResult]) -> str:
                      f"{m.get('e2e_p50_s', nan)['value']:>11.2f}"
                      f"{'' if agree is None else format(agree, '.2f'):>7}{m['wall_s']['value']:>8.2f}")
     return "\n".join(lines)
-
-
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)   # the store keeps naive UTC
 
 
 # ---------------------------------------------------------------- CLI
@@ -340,7 +272,7 @@ def run_cli(args: argparse.Namespace) -> int:
             outcome = preflight.check(**preflight.DEFAULTS, gpu_index=leased.index)
             print(f"preflight: {outcome.status} ({outcome.reason})")
             job_start += time.perf_counter() - waiting   # waiting for quiet is not the job's own overhead
-        started = _utcnow()
+        started = utcnow()
         if sha:
             try:
                 results, ref_code_hash = run_at_commit(workload, sha, args)
@@ -363,7 +295,7 @@ def run_cli(args: argparse.Namespace) -> int:
     if not args.no_store:
         # A run at a ref is recorded under that commit's sha: its code is what ran.
         host = {**host_facts(), "git_sha": sha, "git_dirty": False, "code_hash": ref_code_hash} if sha else None
-        run_id = record(results, started, _utcnow(), args.model, outcome, store, host=host, job_metrics=job_metrics)
+        run_id = record(results, started, utcnow(), args.model, outcome, store, host=host, job_metrics=job_metrics)
         print(f"recorded run {run_id}" + (f" (code at {args.ref}: {sha})" if sha else ""))
     if job_metrics:
         wall = time.perf_counter() - job_start

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from jobs.bench import host_facts
+from jobs.host_facts import host_facts
 from jobs.registry import MICROBENCHMARKS
 from jobs.store import MetricRecord, RunRecord, Store, open_store, record_run, upgrade
 

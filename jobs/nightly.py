@@ -197,7 +197,9 @@ def run_bench_cell(cell: dict, config: NightlyConfig, staging: Path, lease_wait_
     the lease's record.
 
     A cell whose result is already staged (a retried task) is not run again."""
-    from jobs.bench import _utcnow, host_facts, run_engine
+    from jobs.bench import run_engine
+    from jobs.host_facts import host_facts
+    from jobs.store.models import utcnow
 
     path = Path(staging) / cell["workload"] / f"{cell['engine']}.parquet"
     if path.exists():
@@ -205,10 +207,10 @@ def run_bench_cell(cell: dict, config: NightlyConfig, staging: Path, lease_wait_
         return {**cell, "path": str(path), "wall_s": _read_staged(path)[0]["wall_s"]}
     workload = get_workload(cell["workload"])
     with gpu_lease.lease(timeout_s=lease_wait_s) as leased:
-        started = _utcnow()
+        started = utcnow()
         result = run_engine(workload, cell["engine"], config.model, config.backend, config.device,
                             gpu_index=leased.index, host_inputs=host_inputs)
-        finished = _utcnow()
+        finished = utcnow()
     meta = {"engine": cell["engine"], "workload": workload.name, "config": result.run.config,
             "metrics": result.metrics, "wall_s": result.run.wall_s, "started_at": started.isoformat(),
             "finished_at": finished.isoformat(), "host": host_facts(), "host_during": result.host,

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from jobs.bench import cpu_name
 from jobs.errors import WorkloadError
+from jobs.host_facts import cpu_name
 from jobs.metrics import Completion, agreement, request_row, summarize
 from jobs.workloads import get_workload, load_workloads
 from tests.host_support import steady_host

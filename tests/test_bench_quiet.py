@@ -11,6 +11,7 @@ import jobs.bench
 from jobs import nightly, preflight
 from jobs.cli import main
 from jobs.gates.evaluate import evaluate_gates
+from jobs.host_facts import cpu_class
 from jobs.store.models import Run
 from tests.gates.test_evaluate import setup_rows
 from tests.host_support import steady_host
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 # Any figure passes: these tests are about whether a run is evidence at all.
 CPU_SMALL_ROW = dict(id="ROAD-TEST-CPU-SMALL", title="t", metric="output_tok_s", engine="ours", comparison=">=",
-                     threshold=0.001, workload="cpu-small", hardware=jobs.bench.cpu_class(), max_age_days=7)
+                     threshold=0.001, workload="cpu-small", hardware=cpu_class(), max_age_days=7)
 RUN_ENGINE = jobs.bench.run_engine
 THRESHOLDS = {name: preflight.DEFAULTS[name] for name in ("window_s", "load_threshold", "max_gpu_util",
                                                           "sample_every_s")}

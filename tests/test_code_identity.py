@@ -90,5 +90,5 @@ def test_a_copy_without_git_hashes_as_the_checkout_it_came_from(checkout, tmp_pa
 
 
 def test_every_bench_run_records_the_hash_of_this_checkout():
-    from jobs.bench import host_facts
+    from jobs.host_facts import host_facts
     assert host_facts()["code_hash"] == code_hash(REPO)

@@ -213,7 +213,7 @@ def render_dashboard(store: Store, out_dir: str | Path, now: datetime | None = N
                      recent_runs: int = RECENT_RUNS, host_class: str | None = None) -> Path:
     """Writes OUT_DIR/index.html from the store's views; returns its path. The file appears whole or not at all.
     A row without data that `host_class` (default: this host's) cannot measure says so instead of NO_DATA alone."""
-    from jobs.bench import hardware_class
+    from jobs.host_facts import hardware_class
     now = now or utcnow()
     page = dashboard_html(load_dashboard_data(store, recent_runs), now, host_class or hardware_class())
     path = Path(out_dir) / INDEX

@@ -25,7 +25,7 @@ def roadmap_for_this_host(tmp_path: Path) -> Path:
     class they were set on; on another, the gate rightly finds no evidence)."""
     import yaml
 
-    from jobs.bench import cpu_class
+    from jobs.host_facts import cpu_class
     from jobs.gates.roadmap import DEFAULT_ROADMAP
     doc = yaml.safe_load(DEFAULT_ROADMAP.read_text())
     for row in doc["rows"]:

@@ -36,6 +36,7 @@ import yaml
 
 import jobs
 import jobs.bench
+import jobs.store.models
 from jobs.batch import commit_batch, generate_shard, parse_params, run_key, split_input
 from jobs.gates.evaluate import evaluate_gates
 from jobs.gates.roadmap import parse_roadmap, sync_roadmap
@@ -56,8 +57,11 @@ sync_roadmap(store, parse_roadmap(yaml.safe_dump({"rows": ROWS + [dict(
 record_run(store, nightly(NIGHTS, workload="cpu-small", hardware_class="cpu", gpu_name=None, host="cpu-1",
                           config={"backend": "torch"}), [MetricRecord("ours", "agreement", 1.0, count=16)])
 # The batch runs on a clock started half an hour before the page's NOW, so it sits with the history.
-real_utcnow, started = jobs.bench._utcnow, jobs.bench._utcnow()
-jobs.bench._utcnow = lambda: NOW - timedelta(minutes=30) + (real_utcnow() - started)
+# Its clock is the store's (BEFORE's batch read the bench's).
+clock, name = (jobs.bench, "_utcnow") if hasattr(jobs.bench, "_utcnow") else (jobs.store.models, "utcnow")
+real_utcnow = getattr(clock, name)
+started = real_utcnow()
+setattr(clock, name, lambda: NOW - timedelta(minutes=30) + (real_utcnow() - started))
 params = parse_params({"model": "smollm2-135m-instruct", "input_uri": str(prompts), "output_uri": str(work / "batch"),
                        "num_shards": 2, "backend": "torch", "sampling": {"max_tokens": 16}})
 key = run_key("batch_generation", "manual__screenshots")

@@ -142,12 +142,12 @@ def test_every_column_says_what_it_is_and_every_row_fills_every_column(dashboard
 @pytest.mark.parametrize("shards_agree", [True, False])
 def test_a_batch_run_shows_the_commit_and_code_hash_its_shards_ran(store, tmp_path, tiny_model, monkeypatch,
                                                                     shards_agree):
-    import jobs.bench
+    import jobs.host_facts
     from jobs.batch import commit_batch, generate_shard, parse_params, run_key, split_input
 
     # The code each shard reports (host_facts, as bench records it): the same, or another on the second shard.
     codes = iter([("a1" * 20, True, "c0de" * 10), ("a1" * 20, True, "c0de" * 10 if shards_agree else "beef" * 10)])
-    monkeypatch.setattr(jobs.bench, "host_facts", lambda: dict(
+    monkeypatch.setattr(jobs.host_facts, "host_facts", lambda: dict(
         zip(("git_sha", "git_dirty", "code_hash"), next(codes)), host="worker-1", hardware_class="cpu"))
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(CHAT_PROMPTS.read_text().splitlines(keepends=True)[:2]))

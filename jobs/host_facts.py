@@ -1,0 +1,76 @@
+"""What a run ran on: the host, its CPU and GPU, and the code (RunRecord's fields of those names).
+
+Every job that records a run asks here: bench, nightly, the batch shards, the micro-benchmarks;
+the dashboard asks for this host's hardware class.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import socket
+import subprocess
+from pathlib import Path
+
+VECTOR_ISAS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "asimd")   # widest first
+
+
+def cpu_name() -> str:
+    """The host CPU as results depend on it: model, logical cores, widest vector ISA
+    (e.g. "AMD EPYC x2 avx512_bf16"). Two 2-core EPYC hosts of this project, one with
+    AVX-512 BF16 and one with AVX2 only, ran the CPU workloads 3.5x apart."""
+    model, isa = _cpu_model_and_isa()
+    return " ".join(filter(None, (model, f"x{os.cpu_count()}", isa)))
+
+
+def cpu_class() -> str:
+    """The hardware class of a CPU host, as CPU roadmap rows name it: "cpu-<widest vector ISA>"."""
+    return "cpu-" + (_cpu_model_and_isa()[1] or "unknown")
+
+
+def _cpu_model_and_isa() -> tuple[str, str | None]:
+    model, flags = platform.processor() or platform.machine(), set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                model = value.strip()
+            elif key.strip() in ("flags", "Features"):
+                flags = set(value.split())
+    return model, next((f for f in VECTOR_ISAS if f in flags), None)
+
+
+def hardware_class(gpu_name: str | None = None) -> str:
+    """This host's hardware class as roadmap rows name it: the GPU model's last word ("H200"), else
+    the CPU class ("cpu-avx512_bf16"). Without `gpu_name`, torch is asked for the GPU."""
+    if gpu_name is None:
+        import torch
+        gpu_name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return gpu_name.split()[-1] if gpu_name else cpu_class()
+
+
+def host_facts() -> dict:
+    """What the run ran on: host, CPU, GPU, driver, CUDA, and the code: its git state and
+    the hash of its files, which names it also in a dirty or copied tree (RunRecord's
+    fields of those names)."""
+    import torch
+
+    from jobs.code_identity import code_hash
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    driver = None
+    if gpu:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                    capture_output=True, text=True, timeout=10).stdout.strip() or None
+    sha = dirty = None
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        repo = Path(__file__).resolve().parent.parent
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True)
+        if out.returncode == 0:
+            sha = out.stdout.strip()
+            dirty = bool(subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                                        capture_output=True, text=True).stdout.strip())
+    return {"host": socket.gethostname(), "cpu_name": cpu_name(), "gpu_name": gpu, "driver_version": driver,
+            "cuda_version": torch.version.cuda if gpu else None,
+            "hardware_class": hardware_class(gpu), "git_sha": sha, "git_dirty": dirty,
+            "code_hash": code_hash()}
