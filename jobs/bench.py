@@ -28,7 +28,7 @@ from jobs.host_facts import host_facts
 from jobs.metrics import agreement, request_row, summarize
 from jobs.store.models import utcnow
 from jobs.validity import run_verdict
-from jobs.workloads import DTYPES, Workload, get_workload, load_workloads, workloads_file
+from jobs.workloads import DTYPES, Workload, get_workload, load_workloads, workload_names, workloads_file
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 # How engines are measured, part of every series: figures of different methods are not
@@ -126,7 +126,8 @@ def record(results: list[BenchResult], started_at: datetime, finished_at: dateti
                             m.get("p99"), m.get("mean"), m.get("std"))
                for engine, engine_metrics in by_engine for name, m in engine_metrics.items()]
     rows = [{"engine": r.run.engine, **row} for r in results for row in r.rows]
-    return record_run(store, run, metrics, pa.Table.from_pylist(rows) if rows else None)
+    return record_run(store, run, metrics, pa.Table.from_pylist(rows) if rows else None,
+                      known_workloads=workload_names())
 
 
 def run_at_commit(workload: Workload, sha: str, args: argparse.Namespace) -> tuple[list[BenchResult], str]:

@@ -1,13 +1,12 @@
-"""Names every job agrees on: the metrics a run can report and the workloads it can run.
+"""Names every job agrees on: the metrics a run can report and the micro-benchmarks it can run
+(the workloads are jobs.workloads' file).
 
-The bench job writes these names, the roadmap file refers to them, and the gates
-refuse anything not listed here, so a typo fails loudly instead of never matching.
+The bench job writes these names, the roadmap file refers to them, and the store and the
+gates refuse anything not listed here, so a typo fails loudly instead of never matching.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from jobs.workloads import load_workloads
 
 
 @dataclass(frozen=True)
@@ -55,10 +54,3 @@ METRICS: dict[str, MetricSpec] = {
 # Micro-benchmarks roadmap rows may name besides the workloads (benchmarks/decode_step.py).
 MICROBENCHMARKS: frozenset[str] = frozenset({"decode-step-b256-c1024", "decode-step-b1-c256"})
 
-
-def workload_names() -> frozenset[str]:
-    """The names of the workloads of jobs/data/workloads.yaml (or ROADGATE_WORKLOADS_FILE).
-
-    Read when asked, not at import: a malformed workloads file must break only the commands
-    that use workloads, with its one-line WorkloadError, not every command at start-up."""
-    return frozenset(load_workloads())

@@ -134,6 +134,14 @@ def get_workload(name: str, path: Path | None = None) -> Workload:
     return workloads[name]
 
 
+def workload_names() -> frozenset[str]:
+    """The names of the workloads of jobs/data/workloads.yaml (or ROADGATE_WORKLOADS_FILE).
+
+    Read when asked, not at import: a malformed workloads file must break only the commands
+    that use workloads, with its one-line WorkloadError, not every command at start-up."""
+    return frozenset(load_workloads())
+
+
 def _parse(name: str, spec, base: Path) -> Workload:
     def fail(field_name: str, why: str):
         raise WorkloadError(f"workload {name!r}: field {field_name!r} {why}")

@@ -16,9 +16,10 @@ import yaml
 from sqlalchemy import select
 
 from jobs.errors import RoadmapError, WorkloadError
-from jobs.registry import METRICS, MICROBENCHMARKS, workload_names
+from jobs.registry import METRICS, MICROBENCHMARKS
 from jobs.store.db import Store
 from jobs.store.models import RoadmapRow, utcnow
+from jobs.workloads import workload_names
 
 DEFAULT_ROADMAP = files("jobs") / "data" / "roadmap.yaml"
 

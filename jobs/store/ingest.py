@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -18,8 +19,7 @@ import pyarrow as pa
 from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 
-from jobs.errors import WorkloadError
-from jobs.registry import METRICS, workload_names
+from jobs.registry import METRICS
 from jobs.store.db import Store
 from jobs.store.leftovers import remove_dead_leftovers
 from jobs.store.models import Metric, Run, Series, utcnow
@@ -97,22 +97,17 @@ def series_key(identity: dict) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def _validate(run: RunRecord, metrics: list[MetricRecord]) -> None:
-    # Bench runs are compared by workload, so theirs must be a registered one; other kinds
-    # (a batch generation) name what they ran in free text.
+def _validate(run: RunRecord, metrics: list[MetricRecord], known_workloads: Collection[str] | None) -> None:
+    # Bench runs are compared by workload, so theirs must be one the caller's registry knows;
+    # other kinds (a batch generation) name what they ran in free text.
     if run.id is not None and not _is_uuid(run.id):
         raise IngestError(f"run id {run.id!r} is not a UUID (it names the run's Parquet directory)")
     for column in Run.__table__.columns:   # PostgreSQL refuses a value longer than its column, after the work
         value, length = getattr(run, column.name, None), getattr(column.type, "length", None)
         if isinstance(value, str) and length and len(value) > length:
             raise IngestError(f"run field {column.name!r} is {len(value)} characters long; the store keeps {length}")
-    if run.kind == "bench":
-        try:
-            known = workload_names()
-        except WorkloadError as e:
-            raise IngestError(str(e)) from None
-        if run.workload not in known:
-            raise IngestError(f"unknown workload {run.workload!r} (known: {', '.join(sorted(known))})")
+    if run.kind == "bench" and known_workloads is not None and run.workload not in known_workloads:
+        raise IngestError(f"unknown workload {run.workload!r} (known: {', '.join(sorted(known_workloads))})")
     if run.preflight_status not in PREFLIGHT_STATUSES:
         raise IngestError(f"preflight_status must be one of {PREFLIGHT_STATUSES}, got {run.preflight_status!r}")
     if bool(run.supersedes_id) != bool(run.supersede_reason):
@@ -161,9 +156,12 @@ def _describe_new_series(store: Store, identities: dict[str, dict]) -> None:
                                identity=i) for key, i in identities.items() if key not in known)
 
 
-def record_run(store: Store, run: RunRecord, metrics: list[MetricRecord], requests: pa.Table | None = None) -> str:
-    """Records a run; returns its id. Recording the same run id again changes nothing."""
-    _validate(run, metrics)
+def record_run(store: Store, run: RunRecord, metrics: list[MetricRecord], requests: pa.Table | None = None, *,
+               known_workloads: Collection[str] | None = None) -> str:
+    """Records a run; returns its id. Recording the same run id again changes nothing.
+    `known_workloads`: the names a bench run's workload must be one of (the caller's registry,
+    jobs.workloads.workload_names()); None: not checked. The store reads no workloads file."""
+    _validate(run, metrics, known_workloads)
     run_id = run.id or str(uuid.uuid4())
     with store.session() as session:
         if session.get(Run, run_id) is not None:

@@ -70,9 +70,16 @@ def test_recording_the_same_run_twice_records_it_once(store):
 ])
 def test_bad_runs_are_refused_and_nothing_is_written(store, run, metric, message):
     with pytest.raises(IngestError, match=message):
-        record_run(store, run, [MetricRecord("roadgate", metric, 1.0)], requests_table(3))
+        record_run(store, run, [MetricRecord("roadgate", metric, 1.0)], requests_table(3),
+                   known_workloads={"nano-bench"})
     assert count(store, Run) == 0 and count(store, Metric) == 0
     assert not Path(store.parquet_root).exists()
+
+
+def test_the_store_reads_no_workloads_file(store, tmp_path, monkeypatch):
+    """The caller names the workloads it knows (bench: its registry); the store never parses the file."""
+    monkeypatch.setenv("ROADGATE_WORKLOADS_FILE", str(tmp_path / "absent.yaml"))
+    assert record_run(store, nightly(0), metrics(output_tok_s=1.0))
 
 
 def test_views_read_the_current_history(store):
