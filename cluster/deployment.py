@@ -1,7 +1,7 @@
 """roadgate on Airflow 3 with the CeleryExecutor, on this machine, the way docker/compose.yaml
 deploys it: PostgreSQL (Airflow's metadata and the results store, two databases), Redis (the
 Celery broker), api-server, scheduler, dag-processor, triggerer, a worker for the default
-queue and one for `gpu` (concurrency 1).
+queue and one for `gpu` (concurrency: the gpu pool's slots).
 
     python -m cluster up | down | status      (make cluster, make cluster-down)
 
@@ -55,7 +55,8 @@ COMMANDS = {
     "dag-processor": ["dag-processor"],
     "triggerer": ["triggerer"],
     "worker": ["celery", "worker"],
-    "worker-gpu": ["celery", "worker", "--queues", "gpu", "--concurrency", "1"],
+    # One task per GPU at once, each on the GPU it leases (jobs/gpu_lease.py): as many as the pool's slots.
+    "worker-gpu": ["celery", "worker", "--queues", "gpu", "--concurrency", "{gpu_slots}"],
 }
 WORKERS = ("worker", "worker-gpu")
 # What compose's airflow-init runs before the services start (GPU slots: GPU_SLOTS, else the GPUs here).
@@ -147,7 +148,7 @@ class Deployment:
         return inherited | {"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"} | self.settings()
 
     def argv(self, name: str) -> list[str]:
-        argv = [str(BIN / "airflow"), *COMMANDS[name]]
+        argv = [str(BIN / "airflow"), *(part.format(gpu_slots=gpu_slots()) for part in COMMANDS[name])]
         if name == "api-server":
             argv += ["--host", "127.0.0.1", "--port", str(self.state["api_port"])]
         if name in WORKERS:

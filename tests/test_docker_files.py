@@ -29,7 +29,7 @@ def test_dockerfiles_pass_hadolint():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_compose_file_is_valid_against_the_compose_spec_and_reserves_a_gpu_for_the_gpu_queue():
+def test_compose_file_is_valid_against_the_compose_spec_and_gives_the_gpu_queue_every_gpu():
     schema = json.loads(files("check_jsonschema.builtin_schemas.vendor").joinpath("compose-spec.json").read_text())
     compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
     jsonschema.validate(compose, schema)
@@ -39,7 +39,9 @@ def test_compose_file_is_valid_against_the_compose_spec_and_reserves_a_gpu_for_t
     gpu_worker = services["airflow-worker-gpu"]
     assert gpu_worker["command"][gpu_worker["command"].index("--queues") + 1] == "gpu"
     [device] = gpu_worker["deploy"]["resources"]["reservations"]["devices"]
-    assert device["capabilities"] == ["gpu"] and device["count"] == 1
+    # Every GPU of the host, one task per GPU slot, each task on the GPU it leases.
+    assert device["capabilities"] == ["gpu"] and device["count"] == "all"
+    assert gpu_worker["command"][gpu_worker["command"].index("--concurrency") + 1] == "${GPU_SLOTS:-1}"
     assert services["airflow-scheduler"]["env_file"] == "airflow.env"   # CeleryExecutor: the next test
 
 
@@ -63,7 +65,8 @@ def test_compose_and_make_cluster_deploy_from_the_same_settings_and_commands(tmp
         # The file's settings, and the host's part only: none of the file's overridden, none set here alone.
         assert service["env_file"] == "airflow.env" and set(service["environment"]) == set(HOST_SETTINGS), name
     for name, command in COMMANDS.items():
-        assert airflow[f"airflow-{name}"]["command"] == command
+        assert airflow[f"airflow-{name}"]["command"] == [part.replace("{gpu_slots}", "${GPU_SLOTS:-1}")
+                                                         for part in command]
     init = [shlex.split(step) for step in airflow["airflow-init"]["command"][-1].split("&&")]
     assert init == [[part.replace("{gpu_slots}", "$${GPU_SLOTS:-1}") for part in step] for step in INIT_COMMANDS]
 
