@@ -73,7 +73,7 @@ class LLM:
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)
         graphs = None
-        if config.backend == "cuda" and not config.enforce_eager:
+        if self.model.ops.supports_graphs and not config.enforce_eager:
             from engine.cuda_graphs import DecodeGraphs
             graphs = DecodeGraphs(config, self.model, self.kv_cache, self.device)
         self.runner = ModelRunner(config, self.model, self.kv_cache, self.device, graphs)

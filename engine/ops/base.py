@@ -47,6 +47,9 @@ class SamplingTensors:
 
 class Ops(Protocol):
     name: str
+    # Whether a decode step on these ops can be captured in a CUDA graph and replayed
+    # (the engine then captures one per batch bucket, unless enforce_eager).
+    supports_graphs: bool
 
     def embed(self, token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """[T] ids, [V, H] table -> [T, H]."""

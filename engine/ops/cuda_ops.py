@@ -41,6 +41,7 @@ def _dtype_name(t: torch.Tensor) -> str:
 
 class CudaOps(Ops):
     name = "cuda"
+    supports_graphs = True     # every launch goes to torch's current stream, the capture's included
 
     def __init__(self, config: EngineConfig | None = None):
         """`config`: the engine's; None gives the defaults (with their environment overrides),

@@ -66,6 +66,7 @@ def _attend(q, k, v, mask, scale):
 
 class TorchOps(Ops):
     name = "torch"
+    supports_graphs = False    # its attention loops over host-side lengths each step
 
     def __init__(self) -> None:
         # cos/sin rows of the current step's positions, and the decode rows' gather
