@@ -72,7 +72,7 @@ class DecodeGraphs:
         meta = AttentionMetadata(query_start_loc=self.query_start[:b + 1], seq_lens=self.seq_lens[:b],
                                  block_tables=self.block_tables[:b], slot_mapping=self.slots[:b],
                                  max_query_len=1, max_seq_len=self.max_model_len,
-                                 query_lens_host=[1] * b, seq_lens_host=[])
+                                 plan=None)   # ops that support graphs plan nothing on the host
         hidden = self.model.forward(self.token_ids[:b], self.positions[:b], meta, self.kv_cache)
         sampling = SamplingTensors(self.temperature[:b], self.top_k[:b], self.top_p[:b], self.seeds[:b],
                                    self.counters[:b], all_greedy=greedy, any_filter=not greedy)

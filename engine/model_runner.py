@@ -164,13 +164,12 @@ class ModelRunner:
         source = dev["source_rows"]
         return torch.where(source >= 0, previous.tokens[source.clamp_min(0)], dev["token_ids"])
 
-    @staticmethod
-    def _metadata(inputs: StepInputs, dev: dict) -> AttentionMetadata:
+    def _metadata(self, inputs: StepInputs, dev: dict) -> AttentionMetadata:
         query_lens = np.diff(inputs.query_start)
         return AttentionMetadata(
             query_start_loc=dev["query_start"], seq_lens=dev["seq_lens"], block_tables=dev["block_tables"],
             slot_mapping=dev["slots"], max_query_len=int(query_lens.max()), max_seq_len=int(inputs.seq_lens.max()),
-            query_lens_host=query_lens.tolist(), seq_lens_host=inputs.seq_lens.tolist())
+            plan=self.model.ops.plan_step(query_lens, inputs.seq_lens))
 
     @staticmethod
     def _sampling_arrays(rows: InputBatch, sampled: np.ndarray, pad_to: int | None = None) -> dict[str, np.ndarray]:

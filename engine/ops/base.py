@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -29,9 +30,8 @@ class AttentionMetadata:
     slot_mapping: torch.Tensor      # [T] int64: cache slot (block * block_size + offset) per token
     max_query_len: int
     max_seq_len: int
-    # Host copies, for backends that split work on the host.
-    query_lens_host: list[int]
-    seq_lens_host: list[int]
+    # The backend's own host-side plan of the step (Ops.plan_step); None where it needs none.
+    plan: object = None
 
 
 @dataclass
@@ -50,6 +50,10 @@ class Ops(Protocol):
     # Whether a decode step on these ops can be captured in a CUDA graph and replayed
     # (the engine then captures one per batch bucket, unless enforce_eager).
     supports_graphs: bool
+
+    def plan_step(self, query_lens: np.ndarray, seq_lens: np.ndarray) -> object:
+        """What this backend works out on the host once a step, from each sequence's new
+        tokens and context length (AttentionMetadata.plan); None: nothing."""
 
     def embed(self, token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """[T] ids, [V, H] table -> [T, H]."""

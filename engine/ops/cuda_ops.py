@@ -74,6 +74,9 @@ class CudaOps(Ops):
         # captured CUDA graphs hold their addresses.
         self._split_counters: list[torch.Tensor] = []
 
+    def plan_step(self, query_lens, seq_lens) -> None:
+        return None   # the kernels read the lengths on the device
+
     def new_stream(self) -> torch.cuda.ExternalStream:
         """A torch stream these kernels can run on (beside the default one): for side work
         and graph capture."""

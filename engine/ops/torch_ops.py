@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -64,16 +65,29 @@ def _attend(q, k, v, mask, scale):
     return out.reshape(B, nh, n, d).to(q.dtype)
 
 
+@dataclass
+class StepPlan:
+    """How the torch backend splits a step's attention: per sequence on the host."""
+    query_lens: list[int]
+    seq_lens: list[int]
+    offsets: list[int]                  # where each sequence's queries start
+    decode_rows: list[int]              # sequences with one new token, attended all at once
+    decode_gather: tuple | None = None  # their gather indices and mask, made by the first layer
+
+
 class TorchOps(Ops):
     name = "torch"
     supports_graphs = False    # its attention loops over host-side lengths each step
 
     def __init__(self) -> None:
-        # cos/sin rows of the current step's positions, and the decode rows' gather
-        # indices and mask: every layer of a step needs the same.
+        # cos/sin rows of the current step's positions: every layer of a step needs the same.
         self._rope_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-        self._decode_plan: tuple | None = None
         self._head32: tuple[torch.Tensor, torch.Tensor] | None = None   # (head, its float32 copy)
+
+    def plan_step(self, query_lens, seq_lens) -> StepPlan:
+        query_lens = [int(n) for n in query_lens]
+        return StepPlan(query_lens, [int(n) for n in seq_lens], [0, *itertools.accumulate(query_lens)],
+                        [i for i, n in enumerate(query_lens) if n == 1])
 
     def embed(self, token_ids, weight):
         return F.embedding(token_ids, weight)
@@ -105,14 +119,14 @@ class TorchOps(Ops):
     def attention(self, q, k_cache, v_cache, meta: AttentionMetadata, scale):
         out = torch.empty_like(q)
         block_size = k_cache.shape[1]
-        offsets = [0, *itertools.accumulate(meta.query_lens_host)]
-        decode_rows = [i for i, n in enumerate(meta.query_lens_host) if n == 1]
-        if decode_rows:
-            self._decode(q, k_cache, v_cache, meta, scale, decode_rows, offsets, block_size, out)
-        for i, n in enumerate(meta.query_lens_host):
+        plan: StepPlan = meta.plan
+        offsets = plan.offsets
+        if plan.decode_rows:
+            self._decode(q, k_cache, v_cache, meta, scale, block_size, out)
+        for i, n in enumerate(plan.query_lens):
             if n == 1:
                 continue
-            L = meta.seq_lens_host[i]
+            L = plan.seq_lens[i]
             nblocks = -(-L // block_size)
             table = meta.block_tables[i, :nblocks].long()
             k = k_cache[table].flatten(0, 1)[:L]       # [L, nkv, d]
@@ -124,21 +138,23 @@ class TorchOps(Ops):
             out[offsets[i]:offsets[i] + n] = o[0].transpose(0, 1)
         return out
 
-    def _decode(self, q, k_cache, v_cache, meta, scale, rows, offsets, block_size, out):
+    def _decode(self, q, k_cache, v_cache, meta, scale, block_size, out):
         """All one-token queries at once, over their padded gathered contexts."""
-        if self._decode_plan is None or self._decode_plan[0] is not meta:
-            lens = [meta.seq_lens_host[i] for i in rows]
+        plan: StepPlan = meta.plan
+        rows = plan.decode_rows
+        if plan.decode_gather is None:
+            lens = [plan.seq_lens[i] for i in rows]
             nblocks = -(-max(lens) // block_size)
-            all_rows = len(rows) == len(meta.query_lens_host)
+            all_rows = len(rows) == len(plan.query_lens)
             tables = meta.block_tables[:, :nblocks] if all_rows else \
                 meta.block_tables[torch.tensor(rows, device=q.device), :nblocks]
             # Slots past a row's length hold stale values from earlier sequences;
             # they get zero weight (the cache starts zeroed, so none is NaN).
             mask = torch.arange(nblocks * block_size, device=q.device)[None, :] < \
                 torch.tensor(lens, device=q.device)[:, None]
-            tok = None if all_rows else torch.tensor([offsets[i] for i in rows], device=q.device)
-            self._decode_plan = (meta, tables.reshape(-1).long(), mask[:, None, None, :], tok)
-        _, flat, mask, tok = self._decode_plan
+            tok = None if all_rows else torch.tensor([plan.offsets[i] for i in rows], device=q.device)
+            plan.decode_gather = (tables.reshape(-1).long(), mask[:, None, None, :], tok)
+        flat, mask, tok = plan.decode_gather
         k = k_cache.index_select(0, flat).view(len(rows), -1, *k_cache.shape[2:])   # [R, Lmax, nkv, d]
         v = v_cache.index_select(0, flat).view(len(rows), -1, *v_cache.shape[2:])
         qd = (q if tok is None else q[tok])[:, :, None, :]   # [R, nh, 1, d]

@@ -209,7 +209,7 @@ def paged_batch(query_lens, seq_lens, nh, nkv, d, dtype, bs=16):
         query_start_loc=dev(qsl, torch.int32), seq_lens=dev(seq_lens, torch.int32),
         block_tables=dev(tables, torch.int32), slot_mapping=torch.zeros(T, dtype=torch.int64, device="cuda"),
         max_query_len=max(query_lens), max_seq_len=max(seq_lens),
-        query_lens_host=list(query_lens), seq_lens_host=list(seq_lens))
+        plan=REF.plan_step(query_lens, seq_lens))   # the cuda ops plan nothing; the reference does
     return q, k_cache, v_cache, meta
 
 
