@@ -40,6 +40,24 @@ def code_hash(root: Path = REPO) -> str:
     return _tree_id(tree).hex()
 
 
+def committed_code_hash(root: Path = REPO, rev: str = "HEAD") -> str | None:
+    """The code_hash of CODE_DIRS as commit `rev` of the checkout at `root` holds them; None
+    where there is no checkout of ours (a copy), no git, or the commit lacks one of them."""
+    if not (root / ".git").exists():
+        return None
+    body = b""
+    for name in sorted(CODE_DIRS):   # all directories: git's "name/" order is the plain one here
+        try:
+            out = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "-q", f"{rev}:{name}"],
+                                 capture_output=True, text=True)
+        except OSError:
+            return None
+        if out.returncode:
+            return None
+        body += b"40000 " + os.fsencode(name) + b"\0" + bytes.fromhex(out.stdout.strip())
+    return _object_id(b"tree", body).hex()
+
+
 def _git_files(root: Path) -> list[str] | None:
     """What `git add` would take from a checkout: tracked and untracked, not ignored. None without git."""
     if not (root / ".git").exists():   # a copy: a parent directory's repository is not ours

@@ -55,7 +55,7 @@ def host_facts() -> dict:
     fields of those names)."""
     import torch
 
-    from jobs.code_identity import code_hash
+    from jobs.code_identity import code_hash, committed_code_hash
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     driver = None
     if gpu:
@@ -63,14 +63,17 @@ def host_facts() -> dict:
             driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                                     capture_output=True, text=True, timeout=10).stdout.strip() or None
     sha = dirty = None
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        repo = Path(__file__).resolve().parent.parent
-        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True)
-        if out.returncode == 0:
-            sha = out.stdout.strip()
-            dirty = bool(subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                                        capture_output=True, text=True).stdout.strip())
+    code = code_hash()
+    repo = Path(__file__).resolve().parent.parent
+    committed = committed_code_hash(repo)
+    if committed is not None:   # a checkout of ours (in a copy, a parent's repository would name another commit)
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                                 text=True, check=True).stdout.strip()
+            # Dirty: the code that ran is not the commit's (edited, untracked, or the checkout's
+            # .git is older than its files, as on a host the files are copied to).
+            dirty = code != committed
     return {"host": socket.gethostname(), "cpu_name": cpu_name(), "gpu_name": gpu, "driver_version": driver,
             "cuda_version": torch.version.cuda if gpu else None,
             "hardware_class": hardware_class(gpu), "git_sha": sha, "git_dirty": dirty,
-            "code_hash": code_hash()}
+            "code_hash": code}

@@ -92,3 +92,13 @@ def test_a_copy_without_git_hashes_as_the_checkout_it_came_from(checkout, tmp_pa
 def test_every_bench_run_records_the_hash_of_this_checkout():
     from jobs.host_facts import host_facts
     assert host_facts()["code_hash"] == code_hash(REPO)
+
+
+def test_the_committed_hash_is_the_code_hash_of_a_clean_checkout_and_tells_a_changed_one(checkout, tmp_path):
+    from jobs.code_identity import committed_code_hash
+    assert committed_code_hash(checkout) == code_hash(checkout)
+    (checkout / "jobs" / "new_module.py").write_text("X = 1\n")   # untracked code runs too
+    assert committed_code_hash(checkout) != code_hash(checkout)
+    copy = tmp_path / "copy"
+    shutil.copytree(checkout, copy, ignore=shutil.ignore_patterns(".git"))
+    assert committed_code_hash(copy) is None                        # no checkout of ours: no commit to name
