@@ -66,11 +66,11 @@ def gpu_task(**kwargs):
     if TASK_RUNNER == "docker":
         from docker.types import DeviceRequest, Mount
 
-        from jobs.gpu_lease import lease_directory
-        data_dir = os.path.abspath(os.environ.get("ROADGATE_DATA_DIR", "data"))
+        from jobs import settings
+        data_dir = os.path.abspath(settings.data_dir())
         # Every GPU, and the host's lease files: the task leases one inside its container, as
         # on the host (Docker's count=1 would give every container the same first GPU).
-        leases = lease_directory()
+        leases = settings.gpu_lease_dir()
         leases.mkdir(parents=True, exist_ok=True)   # a bind mount's source must exist
         return task.docker(
             image=GPU_IMAGE, pool=GPU_POOL, queue=GPU_QUEUE,

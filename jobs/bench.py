@@ -26,9 +26,10 @@ from jobs.engines import ENGINES, EngineRun
 from jobs.errors import RefError, StoreUnavailable, UsageError, WorkloadError
 from jobs.host_facts import host_facts
 from jobs.metrics import agreement, request_row, summarize
+from jobs.settings import workloads_file
 from jobs.store.models import utcnow
 from jobs.validity import run_verdict
-from jobs.workloads import DTYPES, Workload, get_workload, load_workloads, workload_names, workloads_file
+from jobs.workloads import DTYPES, Workload, get_workload, load_workloads, workload_names
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 # How engines are measured, part of every series: figures of different methods are not

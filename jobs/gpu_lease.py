@@ -35,9 +35,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Callable, Iterator
 
+from jobs import settings
+
 log = logging.getLogger(__name__)
 
-DEFAULT_LEASE_DIR = "/tmp/roadgate-gpu-leases"
 # How long a task waits for a device by default: a nightly's worth, as its preflight sensor does.
 WAIT_S = 6 * 3600.0
 CUDA_ERROR_NOT_INITIALIZED = 3
@@ -64,11 +65,9 @@ class Lease:
 
 def device_count() -> int:
     """The GPUs of this host: ROADGATE_GPU_COUNT when set, else NVML's count; 0 without NVML."""
-    simulated = os.environ.get("ROADGATE_GPU_COUNT")
+    simulated = settings.gpu_count()
     if simulated is not None:
-        if not simulated.isdigit():
-            raise ValueError(f"ROADGATE_GPU_COUNT must be a whole number >= 0, got {simulated!r}")
-        return int(simulated)
+        return simulated
     try:
         import pynvml  # nvidia-ml-py; optional, so CPU-only hosts run without it
     except ImportError:
@@ -81,11 +80,6 @@ def device_count() -> int:
         return pynvml.nvmlDeviceGetCount()
     finally:
         pynvml.nvmlShutdown()
-
-
-def lease_directory() -> Path:
-    """Where this host's lease files live (ROADGATE_GPU_LEASE_DIR, else DEFAULT_LEASE_DIR)."""
-    return Path(os.environ.get("ROADGATE_GPU_LEASE_DIR", DEFAULT_LEASE_DIR))
 
 
 def cuda_initialised() -> bool:
@@ -124,7 +118,7 @@ def lease(index: int | None = None, timeout_s: float = WAIT_S, *, poll_s: float 
         if index not in devices:
             raise ValueError(f"GPU {index} is not one this process can use (it can use {devices or 'none'})")
         devices = [index]
-    lease_dir = lease_directory()
+    lease_dir = settings.gpu_lease_dir()
     lease_dir.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(PermissionError):   # one of another user's: they opened it to all (as /tmp is)
         lease_dir.chmod(0o1777)

@@ -31,14 +31,15 @@ import yaml
 from jobs import gpu_lease
 from jobs.atomic import atomic_parquet_writer
 from jobs.errors import WorkloadError
-from jobs.workloads import DATA_DIR, get_workload
+from jobs.settings import SHIPPED_DATA, data_dir
+from jobs.workloads import get_workload
 
 if TYPE_CHECKING:
     from jobs import host_monitor
 
 log = logging.getLogger(__name__)
 
-NIGHTLY_FILE = DATA_DIR / "nightly.yaml"
+NIGHTLY_FILE = SHIPPED_DATA / "nightly.yaml"
 PROFILES = ("auto", "cpu", "gpu")
 BACKENDS = ("auto", "cuda", "torch")
 DEVICES = ("cpu", "cuda")
@@ -185,7 +186,6 @@ def _duration(seconds: float) -> str:
 
 def staging_dir(dag_id: str, run_id: str, root: Path | None = None) -> Path:
     """Where one DAG run's cells leave their results (under the data dir, shared by the workers)."""
-    from jobs.store.db import data_dir
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{dag_id}__{run_id}")
     return (root or data_dir() / "staging") / safe
 
@@ -282,7 +282,6 @@ def publish_report(store=None, out_dir: str | Path | None = None) -> str:
     Returns the dashboard's path."""
     from jobs.report import render_dashboard
     from jobs.store import open_store
-    from jobs.store.db import data_dir
     from jobs.store_cli import print_gate_status
 
     store = store or open_store()

@@ -34,7 +34,6 @@ import contextlib
 import fnmatch
 import os
 import shutil
-import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -45,6 +44,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from jobs import settings
 from jobs.errors import StorageError
 from jobs.tempfiles import owned_name, remove_dead_temporaries
 
@@ -92,13 +92,6 @@ def _filesystem(uri: str, what: str) -> tuple[pafs.FileSystem, str]:
 
 def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
-
-
-def scratch_dir() -> Path:
-    """This host's directory for what is prepared locally for an object store (a part being
-    generated, an input being read): ROADGATE_SCRATCH_DIR, else roadgate-scratch in the
-    system's temporary directory. Its entries are owned temporaries (jobs.tempfiles)."""
-    return Path(os.environ.get("ROADGATE_SCRATCH_DIR") or Path(tempfile.gettempdir()) / "roadgate-scratch")
 
 
 class Location(abc.ABC):
@@ -364,8 +357,8 @@ class ObjectPath(Location):
         before = self._info()
         if before.type != pafs.FileType.File:
             raise FileNotFoundError(f"{self.uri}: no such object")
-        remove_dead_temporaries(scratch_dir())   # copies that killed readers left
-        directory = scratch_dir() / owned_name(self.name)
+        remove_dead_temporaries(settings.scratch_dir())   # copies that killed readers left
+        directory = settings.scratch_dir() / owned_name(self.name)
         directory.mkdir(parents=True)
         try:
             copy = directory / self.name
@@ -379,7 +372,7 @@ class ObjectPath(Location):
             shutil.rmtree(directory, ignore_errors=True)
 
     def attempts_dir(self) -> Path:
-        return scratch_dir()
+        return settings.scratch_dir()
 
     def arrow(self) -> tuple[pafs.FileSystem, str]:
         return self.fs, self.path

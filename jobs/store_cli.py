@@ -10,7 +10,8 @@ from jobs.errors import RoadmapError, StoreUnavailable, UsageError
 from jobs.gates.evaluate import evaluate_gates
 from jobs.gates.roadmap import load_roadmap, sync_roadmap
 from jobs.report.format import format_value, printable, unit_of
-from jobs.store.db import Store, data_dir, migrate_database_url
+from jobs.settings import data_dir, db_migrate_url
+from jobs.store.db import Store
 from jobs.store.migrate import init_writer_role
 from jobs.store.ready import open_ready_store
 from jobs.store.roles import WRITER_ROLE
@@ -71,7 +72,7 @@ def cmd_db_upgrade(args) -> int:
 
 def cmd_db_init_roles(args) -> int:
     # The owner's URL: the one migrations run as.
-    store = _store(args.db_url or migrate_database_url())
+    store = _store(args.db_url or db_migrate_url())
     try:
         init_writer_role(store.engine, args.role)
     except ValueError as e:

@@ -2,17 +2,15 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from jobs import settings
 from jobs.errors import WorkloadError
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
-WORKLOADS_FILE = DATA_DIR / "workloads.yaml"
 SOURCES = ("random_tokens", "chat_file")
 HARDWARE = ("gpu", "cpu", "any")
 DTYPES = ("auto", "float32", "bfloat16")
@@ -109,13 +107,8 @@ def _chat_prompts(path: Path, count: int, workload: str) -> list[list[dict]]:
     return prompts
 
 
-def workloads_file() -> Path:
-    """The shipped workloads, or the file ROADGATE_WORKLOADS_FILE names (for experiments and tests)."""
-    return Path(os.environ.get("ROADGATE_WORKLOADS_FILE") or WORKLOADS_FILE)
-
-
 def load_workloads(path: Path | None = None) -> dict[str, Workload]:
-    path = path or workloads_file()
+    path = path or settings.workloads_file()
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as e:

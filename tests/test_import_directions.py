@@ -3,6 +3,7 @@ The engine knows nothing of the pipeline, its store or its scheduler; jobs know 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,23 @@ def test_the_cli_check_sees_every_import_form(tmp_path):
     assert "jobs.cli" in imported_modules(module)
     module.write_text("def f():\n    from jobs.cli import UsageError\n")
     assert "jobs.cli" in imported_modules(module)
+
+
+def roadgate_variables_named(path: Path) -> set[str]:
+    """ROADGATE_* names the file holds as a string of their own: what reading one takes (os.environ[...],
+    .get(...), getenv(...)), however written. Docstrings and help texts only mention them inside longer strings."""
+    return {node.value for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and re.fullmatch(r"ROADGATE_[A-Z0-9_]+", node.value)}
+
+
+def test_only_the_settings_module_reads_roadgate_variables():
+    readers = {str(path.relative_to(REPO)): sorted(names) for path in jobs_modules()
+               if path != REPO / "jobs" / "settings.py" and (names := roadgate_variables_named(path))}
+    assert readers == {}
+
+
+def test_the_settings_check_sees_a_read(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text('"""ROADGATE_DATA_DIR is mentioned."""\nimport os\nos.environ.get("ROADGATE_DATA_DIR")\n')
+    assert roadgate_variables_named(module) == {"ROADGATE_DATA_DIR"}

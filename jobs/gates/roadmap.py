@@ -6,10 +6,8 @@ and the field, so a bad edit to the file is fixed from the message alone.
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import asdict, dataclass
-from importlib.resources import files
 from pathlib import Path
 
 import yaml
@@ -17,11 +15,10 @@ from sqlalchemy import select
 
 from jobs.errors import RoadmapError, WorkloadError
 from jobs.registry import METRICS, MICROBENCHMARKS
+from jobs.settings import roadmap_file
 from jobs.store.db import Store
 from jobs.store.models import RoadmapRow, utcnow
 from jobs.workloads import workload_names
-
-DEFAULT_ROADMAP = files("jobs") / "data" / "roadmap.yaml"
 
 ID_PATTERN = re.compile(r"^ROAD-[A-Z0-9]+(-[A-Z0-9]+)*$")
 COMPARISONS = {">=": ">=", "≥": ">=", "<=": "<=", "≤": "<="}
@@ -140,14 +137,13 @@ def parse_roadmap(text: str, source: str = "roadmap") -> list[RoadmapRowSpec]:
 
 
 def load_roadmap(path: str | Path | None = None) -> list[RoadmapRowSpec]:
-    """The roadmap at `path`, else the file ROADGATE_ROADMAP_FILE names, else the shipped one."""
-    path = path or os.environ.get("ROADGATE_ROADMAP_FILE")
-    source = Path(path) if path else DEFAULT_ROADMAP
+    """The roadmap at `path`, else settings.roadmap_file() (ROADGATE_ROADMAP_FILE, else the shipped one)."""
+    source = Path(path) if path else roadmap_file()
     try:
         text = source.read_text()
     except OSError as e:
         raise RoadmapError(f"cannot read roadmap file {source}: {e.strerror}") from None
-    return parse_roadmap(text, str(path or "jobs/data/roadmap.yaml"))
+    return parse_roadmap(text, str(source))
 
 
 def sync_roadmap(store: Store, rows: list[RoadmapRowSpec]) -> None:

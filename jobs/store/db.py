@@ -1,15 +1,10 @@
-"""Where the store lives, and opening it: SQL by URL, Parquet under a root.
+"""Opening the store: SQL by URL, Parquet under a root.
 
-Defaults put both under the data directory (ROADGATE_DATA_DIR, else ./data):
-a SQLite file and a local Parquet dataset. ROADGATE_DB_URL selects another
-database (PostgreSQL in production), ROADGATE_PARQUET_ROOT another dataset root
-(a local path or an object-store URI such as s3://bucket/prefix).
-ROADGATE_DB_MIGRATE_URL, where set, is the URL migrations run as: on PostgreSQL the
-owner of the tables, while ROADGATE_DB_URL names the writer role (jobs.store.roles).
+Where they are by default is jobs.settings' (db_url, db_migrate_url, parquet_root): a SQLite
+file and a local Parquet dataset under the data directory, unless the environment names others.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,22 +12,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session
 
 import jobs.store.append_only  # noqa: F401  (installs the append-only guard on every Session)
-
-
-def data_dir() -> Path:
-    return Path(os.environ.get("ROADGATE_DATA_DIR") or "data")
-
-
-def database_url() -> str:
-    return os.environ.get("ROADGATE_DB_URL") or f"sqlite:///{data_dir() / 'roadgate.db'}"
-
-
-def migrate_database_url() -> str:
-    return os.environ.get("ROADGATE_DB_MIGRATE_URL") or database_url()
-
-
-def parquet_root() -> str:
-    return os.environ.get("ROADGATE_PARQUET_ROOT") or str(data_dir() / "requests")
+from jobs import settings
 
 
 def normalize_url(url: str) -> str:
@@ -87,4 +67,4 @@ class Store:
 
 
 def open_store(url: str | None = None, parquet_root_uri: str | None = None) -> Store:
-    return Store(make_engine(url or database_url()), parquet_root_uri or parquet_root())
+    return Store(make_engine(url or settings.db_url()), parquet_root_uri or settings.parquet_root())

@@ -13,8 +13,9 @@ from pathlib import Path
 from sqlalchemy import Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
+from jobs import settings
 from jobs.errors import StorageError, StoreUnavailable
-from jobs.store.db import Store, database_url, make_engine, migrate_database_url, normalize_url, parquet_root
+from jobs.store.db import Store, make_engine, normalize_url
 from jobs.store.migrate import upgrade
 from jobs.store.parquet import root_location
 from jobs.storage import LocalPath
@@ -28,11 +29,11 @@ def open_ready_store(url: str | None = None, parquet_root_uri: str | None = None
     that does not exist yet is refused ("no results yet") instead of created. Raises
     StoreUnavailable."""
     if url is None:
-        url, migrate_url = database_url(), migrate_url or migrate_database_url()
+        url, migrate_url = settings.db_url(), migrate_url or settings.db_migrate_url()
     if existing:
         _refuse_if_absent(url)
     migrate_url = migrate_url or url
-    root = parquet_root_uri or parquet_root()
+    root = parquet_root_uri or settings.parquet_root()
     try:
         place = root_location(root)
         place.check_reachable()
