@@ -21,8 +21,14 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-# The cuda_src package: a checkout's folder, or the copy an installed wheel carries.
-SRC_DIR = Path(importlib.util.find_spec("cuda_src").origin).parent
+def _sources() -> Path:
+    """The cuda_src package: the copy an installed wheel carries, or a checkout's folder (an
+    editable install made before cuda_src was a package does not map it)."""
+    spec = importlib.util.find_spec("cuda_src")
+    return Path(spec.origin).parent if spec and spec.origin else Path(__file__).resolve().parents[2] / "cuda_src"
+
+
+SRC_DIR = _sources()
 FLAGS = ("-O3", "-std=c++17", "-lineinfo")
 
 
