@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,18 @@ REPO = Path(__file__).resolve().parent.parent
 CHAT_PROMPTS = REPO / "jobs" / "data" / "chat_prompts.jsonl"
 # ROADGATE_TEST_MODEL points at a GGUF where the PyPI package is not installed (the GPU host).
 MODEL = os.environ.get("ROADGATE_TEST_MODEL", "smollm2-135m-instruct")
+
+
+@pytest.fixture(autouse=True)
+def log_handlers_write_to_this_tests_streams():
+    """Airflow's dag.test() leaves log handlers on the streams pytest captured for the test that
+    ran it; a later test's log record then fails on the closed stream ("--- Logging error ---"
+    in its stderr). Such handlers write to this test's stderr instead."""
+    loggers = [logging.getLogger(), *(v for v in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(v, logging.Logger))]
+    for handler in {h for lg in loggers for h in lg.handlers}:
+        if isinstance(handler, logging.StreamHandler) and getattr(handler.stream, "closed", False):
+            handler.stream = sys.stderr   # not setStream: it would flush the closed one
 
 
 def chat_messages(n: int) -> list[list[dict]]:
