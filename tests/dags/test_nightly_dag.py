@@ -52,9 +52,8 @@ def test_nightly_dag_runs_end_to_end_on_cpu_and_gate_evaluation_sees_the_new_run
             "preflight": {"window_s": 0, "load_threshold": 1e9}}
     dr = load_dag("nightly_benchmark").test(run_conf=conf)
     assert dr.state == DagRunState.SUCCESS
-    log = "".join(capfd.readouterr())
-    assert "[DAG TEST] end task task_id=ingest" in log and "XCom not found" not in log   # cells gathered in one request
-    assert "de-quantizing" not in log   # HF's load draws no progress bar into the task log
+    # Its log is not read here: after other DAG runs in this process Airflow's task log goes to an
+    # earlier test's streams. tests/dags/test_dag_logs.py reads one in a process of its own.
 
     with results_store.session() as s:
         runs = s.scalars(select(Run)).all()
