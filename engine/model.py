@@ -1,28 +1,17 @@
 """The Llama forward pass over a paged KV cache, written against the ops contract.
 
-Everything goes through the ops backend, linear layers together with the norm
-or activation before them (a backend may fuse the pair). Q/K/V and gate/up
+Everything goes through the ops backend, a layer as its attention block and its
+MLP block (a backend may fuse the ops inside each). Q/K/V and gate/up
 projections are fused into one GEMM each.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
 from engine.model_config import ModelConfig
-from engine.ops import AttentionMetadata, Ops
-
-
-@dataclass
-class LayerWeights:
-    attn_norm: torch.Tensor
-    qkv: torch.Tensor        # [q + 2 kv, H]
-    o: torch.Tensor
-    ffn_norm: torch.Tensor
-    gate_up: torch.Tensor    # [2 I, H]
-    down: torch.Tensor
+from engine.ops import AttentionMetadata, LayerShape, LayerWeights, Ops, Step
 
 
 def rope_cos_sin(config: ModelConfig, max_position: int, device) -> torch.Tensor:
@@ -78,7 +67,7 @@ class LlamaModel:
         self.lm_head = self.embed if c.tie_word_embeddings else take("lm_head.weight")
         weights.pop("lm_head.weight", None)   # some tied checkpoints store a copy
         self.cos_sin = rope_cos_sin(c, max_position, device)
-        self.scale = c.head_dim ** -0.5
+        self.shape = LayerShape(c.num_heads, c.num_kv_heads, c.head_dim, c.head_dim ** -0.5, c.rms_norm_eps)
 
     @property
     def num_parameters(self) -> int:
@@ -109,19 +98,14 @@ class LlamaModel:
 
         kv_cache: [num_layers, 2, num_blocks, block_size, nkv, d].
         """
-        c, ops = self.config, self.ops
-        T = token_ids.shape[0]
+        ops = self.ops
+        step = Step(self.shape, positions, self.cos_sin, meta)
         h = ops.embed(token_ids, self.embed)
         residual = None
-        for layer, cache in zip(self.layers, kv_cache):
-            # norm -> q|k|v projection -> RoPE on q, k -> k, v into the cache -> attention
-            attn, residual = ops.self_attention(h, residual, layer.attn_norm, c.rms_norm_eps, layer.qkv, positions,
-                                                self.cos_sin, cache[0], cache[1], meta, self.scale,
-                                                c.num_heads, c.num_kv_heads)
-            h = ops.linear(attn.reshape(T, c.q_size), layer.o)
-            gate_up, residual = ops.norm_linear(h, residual, layer.ffn_norm, c.rms_norm_eps, layer.gate_up)
-            h = ops.silu_linear(gate_up, layer.down)
-        out, _ = ops.rms_norm(h, self.norm, c.rms_norm_eps, residual)
+        for layer, k_cache, v_cache in zip(self.layers, kv_cache[:, 0], kv_cache[:, 1]):
+            h, residual = ops.attention_block(h, residual, layer, (k_cache, v_cache), step)
+            h, residual = ops.mlp_block(h, residual, layer, step)
+        out, _ = ops.rms_norm(h, self.norm, self.shape.rms_norm_eps, residual)
         return out
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

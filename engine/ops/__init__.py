@@ -7,9 +7,10 @@ import torch
 
 from engine.config import EngineConfig
 from engine.ops import cuda_build
-from engine.ops.base import AttentionMetadata, Ops, SamplingTensors
+from engine.ops.base import AttentionMetadata, LayerShape, LayerWeights, Ops, SamplingTensors, Step
 
-__all__ = ["AttentionMetadata", "Ops", "SamplingTensors", "select_backend", "make_ops"]
+__all__ = ["AttentionMetadata", "LayerShape", "LayerWeights", "Ops", "SamplingTensors", "Step", "select_backend",
+           "make_ops"]
 log = logging.getLogger("engine")
 BACKENDS = ("auto", "cuda", "torch")
 

@@ -1,16 +1,17 @@
 """The contract between the model code and an ops backend.
 
-A backend supplies the arithmetic of a Llama forward pass and the sampler.
-Linear layers come with the elementwise op before them (`norm_linear`,
-`silu_linear`, and `attention_inputs`: norm, q|k|v projection, RoPE and the
-cache write): by default the ops in turn, with the GEMM in torch (cuBLAS on the
-GPU); a backend may fuse them where that pays (the cuda one does at 1-2 rows).
-Every backend implements the same functions with the same shapes, so the torch
-backend is the oracle the CUDA kernels are tested against.
+A backend supplies the arithmetic of a Llama forward pass and the sampler. The
+model calls two blocks a layer, `attention_block` and `mlp_block`, each with the
+layer's weights and the `Step` that every layer of the forward pass shares.
+By default a block runs the ops below in turn, with the GEMMs in torch (cuBLAS on
+the GPU); a backend may fuse them where that pays (the cuda one fuses the norm or
+activation into the GEMM at 1-2 rows, and RoPE into decode attention). Every
+backend implements the same functions with the same shapes, so the torch backend
+is the oracle the CUDA kernels are tested against.
 
 Shapes: T tokens in the step (all sequences' new tokens, packed), B sequences,
 H hidden size, nh / nkv query / KV heads, d head dim, V vocabulary.
-KV cache of one layer: [num_blocks, block_size, nkv, d].
+KV cache of one layer (`kv_cache`): its k and v caches, each [num_blocks, block_size, nkv, d].
 """
 from __future__ import annotations
 
@@ -30,8 +31,38 @@ class AttentionMetadata:
     slot_mapping: torch.Tensor      # [T] int64: cache slot (block * block_size + offset) per token
     max_query_len: int
     max_seq_len: int
-    # The backend's own host-side plan of the step (Ops.plan_step); None where it needs none.
+    # The backend's own plan of the step (Ops.plan_step), and what it works out there
+    # once for all layers; None where it needs none.
     plan: object = None
+
+
+@dataclass
+class LayerWeights:
+    attn_norm: torch.Tensor
+    qkv: torch.Tensor        # [(nh + 2 nkv) d, H]: q | k | v, one GEMM
+    o: torch.Tensor          # [H, nh d]
+    ffn_norm: torch.Tensor
+    gate_up: torch.Tensor    # [2 I, H]: gate | up, one GEMM
+    down: torch.Tensor       # [H, I]
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """The model's constants that a decoder layer's ops need; made once per model."""
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    scale: float             # of the attention scores: head_dim ** -0.5
+    rms_norm_eps: float
+
+
+@dataclass
+class Step:
+    """What every layer of one forward pass shares; made once per forward."""
+    shape: LayerShape
+    positions: torch.Tensor  # [T] int64
+    cos_sin: torch.Tensor    # [max_position, d] float32 RoPE table: cos | sin (half-split)
+    meta: AttentionMetadata
 
 
 @dataclass
@@ -63,14 +94,12 @@ class Ops(Protocol):
         """Fused residual add + RMSNorm over a float32 residual stream:
         r = float(x) (+ residual); returns (weight * norm(r) in x's dtype, r in float32)."""
 
-    def rope_and_cache(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       positions: torch.Tensor, cos_sin: torch.Tensor,
-                       k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-        """Rotate q [T, nh, d] and k [T, nkv, d] in place (half-split RoPE; cos_sin is
-        [max_pos, d] = cos | sin), and write k and v into the cache at slot_mapping."""
+    def rope_and_cache(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
+                       step: Step) -> None:
+        """Rotate q [T, nh, d] and k [T, nkv, d] in place (half-split RoPE at the step's
+        positions), and write k and v into the cache at the step's slot_mapping."""
 
-    def attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                  meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    def attention(self, q: torch.Tensor, kv_cache: torch.Tensor, step: Step) -> torch.Tensor:
         """Causal attention of each sequence's new queries over its cached context -> [T, nh, d]."""
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
@@ -90,34 +119,35 @@ class Ops(Protocol):
         normed, residual = self.rms_norm(x, norm_weight, eps, residual)
         return self.linear(normed, weight), residual
 
-    def attention_inputs(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
-                         eps: float, qkv_weight: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor,
-                         k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor,
-                         num_heads: int, num_kv_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The attention block's input: norm_linear into the packed q|k|v projection, then
-        rope_and_cache. Returns (q [T, nh, d] rotated, float32 residual); k and v are in the cache."""
-        qkv, residual = self.norm_linear(x, residual, norm_weight, eps, qkv_weight)
-        d = cos_sin.shape[1]
-        T = qkv.shape[0]
-        q, k, v = qkv.split([num_heads * d, num_kv_heads * d, num_kv_heads * d], dim=-1)
-        q = q.reshape(T, num_heads, d)
-        self.rope_and_cache(q, k.reshape(T, num_kv_heads, d), v.reshape(T, num_kv_heads, d), positions, cos_sin,
-                            k_cache, v_cache, slot_mapping)
-        return q, residual
-
-    def self_attention(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
-                       qkv_weight: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor,
-                       k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
-                       num_heads: int, num_kv_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The attention block up to the output projection: attention_inputs, then
-        attention. Returns (attention output [T, nh, d], float32 residual)."""
-        q, residual = self.attention_inputs(x, residual, norm_weight, eps, qkv_weight, positions, cos_sin, k_cache,
-                                            v_cache, meta.slot_mapping, num_heads, num_kv_heads)
-        return self.attention(q, k_cache, v_cache, meta, scale), residual
-
     def silu_linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """silu_and_mul(x), then the linear layer."""
         return self.linear(self.silu_and_mul(x), weight)
+
+    def attention_inputs(self, x: torch.Tensor, residual: torch.Tensor | None, layer: LayerWeights,
+                         kv_cache: torch.Tensor, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
+        """The attention block's input: norm_linear into the packed q|k|v projection, then
+        rope_and_cache. Returns (q [T, nh, d] rotated, float32 residual); k and v are in the cache."""
+        s = step.shape
+        qkv, residual = self.norm_linear(x, residual, layer.attn_norm, s.rms_norm_eps, layer.qkv)
+        T, d, nkv = qkv.shape[0], s.head_dim, s.num_kv_heads
+        q, k, v = qkv.split([s.num_heads * d, nkv * d, nkv * d], dim=-1)
+        q = q.reshape(T, s.num_heads, d)
+        self.rope_and_cache(q, k.reshape(T, nkv, d), v.reshape(T, nkv, d), kv_cache, step)
+        return q, residual
+
+    def attention_block(self, x: torch.Tensor, residual: torch.Tensor | None, layer: LayerWeights,
+                        kv_cache: torch.Tensor, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
+        """norm -> q|k|v projection -> RoPE on q, k -> k, v into the cache -> attention ->
+        output projection. Returns (out [T, H], float32 residual)."""
+        q, residual = self.attention_inputs(x, residual, layer, kv_cache, step)
+        return self.linear(self.attention(q, kv_cache, step).flatten(1), layer.o), residual
+
+    def mlp_block(self, x: torch.Tensor, residual: torch.Tensor | None, layer: LayerWeights,
+                  step: Step) -> tuple[torch.Tensor, torch.Tensor]:
+        """norm -> gate|up projection -> silu(gate) * up -> down projection.
+        Returns (out [T, H], float32 residual)."""
+        gate_up, residual = self.norm_linear(x, residual, layer.ffn_norm, step.shape.rms_norm_eps, layer.gate_up)
+        return self.silu_linear(gate_up, layer.down), residual
 
     def logits(self, hidden: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
         """Float32 logits [T, V] of hidden [T, H] with the head [V, H]. Float32, not the

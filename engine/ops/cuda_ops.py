@@ -14,7 +14,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.ops import cuda_build
-from engine.ops.base import AttentionMetadata, Ops, SamplingTensors
+from engine.ops.base import Ops, SamplingTensors
 from engine.ops.kernel_table import DECODE_GROUPS, KERNELS, constant
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
@@ -132,24 +132,24 @@ class CudaOps(Ops):
                        (float(eps),))
         return y, r
 
-    def attention_inputs(self, x, residual, norm_weight, eps, qkv_weight, positions, cos_sin, k_cache, v_cache,
-                         slot_mapping, num_heads, num_kv_heads):
-        d = cos_sin.shape[1]
-        if not self._gemv_fits(x, qkv_weight, x.shape[-1]) or qkv_weight.shape[0] != (num_heads + 2 * num_kv_heads) * d:
-            return super().attention_inputs(x, residual, norm_weight, eps, qkv_weight, positions, cos_sin, k_cache,
-                                            v_cache, slot_mapping, num_heads, num_kv_heads)
+    def attention_inputs(self, x, residual, layer, kv_cache, step):
+        s = step.shape
+        nh, nkv, d = s.num_heads, s.num_kv_heads, s.head_dim
+        if not self._gemv_fits(x, layer.qkv, x.shape[-1]) or layer.qkv.shape[0] != (nh + 2 * nkv) * d:
+            return super().attention_inputs(x, residual, layer, kv_cache, step)
         M, K = x.shape
+        k_cache, v_cache = kv_cache
         r = torch.empty(x.shape, dtype=torch.float32, device=x.device)
-        y = torch.empty((M, qkv_weight.shape[0]), dtype=x.dtype, device=x.device)
-        tasks = (num_heads + num_kv_heads) * d // 2 + num_kv_heads * d
+        y = torch.empty((M, layer.qkv.shape[0]), dtype=x.dtype, device=x.device)
+        tasks = (nh + nkv) * d // 2 + nkv * d
         if M:
             self._k["gemv_qkv_rope", _dtype_name(x)](
                 math.ceil(tasks / _GEMV_WARPS), 32 * _GEMV_WARPS, x.contiguous(), _float_residual(residual),
-                norm_weight.contiguous(), r,
-                qkv_weight.contiguous(), y, M, K, float(eps), positions.long().contiguous(),
-                cos_sin.float().contiguous(), k_cache, v_cache, slot_mapping.long().contiguous(),
-                num_heads, num_kv_heads, d, shared=M * K * 4)
-        return y[:, :num_heads * d].view(M, num_heads, d), r
+                layer.attn_norm.contiguous(), r,
+                layer.qkv.contiguous(), y, M, K, float(s.rms_norm_eps), step.positions.long().contiguous(),
+                step.cos_sin.float().contiguous(), k_cache, v_cache, step.meta.slot_mapping.long().contiguous(),
+                nh, nkv, d, shared=M * K * 4)
+        return y[:, :nh * d].view(M, nh, d), r
 
     def silu_linear(self, x, weight):
         K = x.shape[-1] // 2
@@ -164,34 +164,37 @@ class CudaOps(Ops):
         # values are exact in float32, so this equals the float32 head's logits.
         return torch.mm(hidden.to(head.dtype), head.t(), out_dtype=torch.float32)
 
-    def rope_and_cache(self, q, k, v, positions, cos_sin, k_cache, v_cache, slot_mapping):
+    def rope_and_cache(self, q, k, v, kv_cache, step):
         T, nh, d = q.shape
         nkv = k.shape[1]
+        k_cache, v_cache = kv_cache
         for t in (q, k, v):
             if t.stride(2) != 1 or t.stride(1) != d:
                 raise ValueError("rope_and_cache needs each token's heads as contiguous d-vectors")
         if T:
-            self._k["rope", _dtype_name(q)](T, 128, q, k, v, positions.long().contiguous(), cos_sin.float().contiguous(),
-                                            k_cache, v_cache, slot_mapping.long().contiguous(), nh, nkv, d,
+            self._k["rope", _dtype_name(q)](T, 128, q, k, v, step.positions.long().contiguous(),
+                                            step.cos_sin.float().contiguous(), k_cache, v_cache,
+                                            step.meta.slot_mapping.long().contiguous(), nh, nkv, d,
                                             q.stride(0), k.stride(0), v.stride(0))
 
-    def self_attention(self, x, residual, norm_weight, eps, qkv_weight, positions, cos_sin, k_cache, v_cache, meta,
-                       scale, num_heads, num_kv_heads):
-        d = cos_sin.shape[1]
-        if (meta.max_query_len != 1 or self._gemv_fits(x, qkv_weight, x.shape[-1])
-                or qkv_weight.shape[0] != (num_heads + 2 * num_kv_heads) * d):
+    def attention_block(self, x, residual, layer, kv_cache, step):
+        s, meta = step.shape, step.meta
+        nh, nkv, d = s.num_heads, s.num_kv_heads, s.head_dim
+        if (meta.max_query_len != 1 or self._gemv_fits(x, layer.qkv, x.shape[-1])
+                or layer.qkv.shape[0] != (nh + 2 * nkv) * d):
             # Prefill, or a decode batch small enough for the gemv kernel that fuses RoPE itself.
-            return super().self_attention(x, residual, norm_weight, eps, qkv_weight, positions, cos_sin, k_cache,
-                                          v_cache, meta, scale, num_heads, num_kv_heads)
+            return super().attention_block(x, residual, layer, kv_cache, step)
         # Decode: RoPE and the new k, v's cache write happen inside the attention kernel
         # (one launch a layer fewer: rope_and_cache was 3.3 us of a B=256 layer).
-        qkv, residual = self.norm_linear(x, residual, norm_weight, eps, qkv_weight)
-        q = qkv[:, :num_heads * d].view(qkv.shape[0], num_heads, d)
-        rope = (positions.long().contiguous(), cos_sin.float().contiguous(), meta.slot_mapping.long().contiguous())
-        return self._attention(q, k_cache, v_cache, meta, scale, rope), residual
+        qkv, residual = self.norm_linear(x, residual, layer.attn_norm, s.rms_norm_eps, layer.qkv)
+        q = qkv[:, :nh * d].view(qkv.shape[0], nh, d)
+        rope = (step.positions.long().contiguous(), step.cos_sin.float().contiguous(),
+                meta.slot_mapping.long().contiguous())
+        attn = self._attention(q, *kv_cache, meta, s.scale, rope)
+        return self.linear(attn.flatten(1), layer.o), residual
 
-    def attention(self, q, k_cache, v_cache, meta: AttentionMetadata, scale):
-        return self._attention(q, k_cache, v_cache, meta, scale)
+    def attention(self, q, kv_cache, step):
+        return self._attention(q, *kv_cache, step.meta, step.shape.scale)
 
     def _attention(self, q, k_cache, v_cache, meta, scale, rope=None):
         """attention(); with rope = (positions, cos_sin, slot_mapping), decode only: q is

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engine.ops.base import AttentionMetadata, Ops, SamplingTensors
+from engine.ops.base import Ops, SamplingTensors, Step
 
 _MASK32 = 0xFFFFFFFF
 
@@ -72,7 +72,10 @@ class StepPlan:
     seq_lens: list[int]
     offsets: list[int]                  # where each sequence's queries start
     decode_rows: list[int]              # sequences with one new token, attended all at once
-    decode_gather: tuple | None = None  # their gather indices and mask, made by the first layer
+    # Made by the first layer, for all: the decode rows' gather indices and mask; the
+    # RoPE factors at the step's positions, and the cache slots of the tokens that have one.
+    decode_gather: tuple | None = None
+    rope: tuple | None = None
 
 
 class TorchOps(Ops):
@@ -80,8 +83,6 @@ class TorchOps(Ops):
     supports_graphs = False    # its attention loops over host-side lengths each step
 
     def __init__(self) -> None:
-        # cos/sin rows of the current step's positions: every layer of a step needs the same.
-        self._rope_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._head32: tuple[torch.Tensor, torch.Tensor] | None = None   # (head, its float32 copy)
 
     def plan_step(self, query_lens, seq_lens) -> StepPlan:
@@ -97,26 +98,31 @@ class TorchOps(Ops):
         h = r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + eps)
         return weight * h.to(x.dtype), r
 
-    def rope_and_cache(self, q, k, v, positions, cos_sin, k_cache, v_cache, slot_mapping):
+    def rope_and_cache(self, q, k, v, kv_cache, step: Step):
         # x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin, as x * [cos, cos] + [x2, x1] * [-sin, sin]:
         # the same products and sums, in a third of the ops.
-        if self._rope_rows is None or self._rope_rows[0] is not positions:
-            cos, sin = cos_sin[positions].chunk(2, dim=-1)
-            self._rope_rows = (positions, torch.cat((cos, cos), dim=-1)[:, None, :],
-                               torch.cat((-sin, sin), dim=-1)[:, None, :])
-        _, cos2, sin2 = self._rope_rows
+        plan: StepPlan = step.meta.plan
+        if plan.rope is None:
+            cos, sin = step.cos_sin[step.positions].chunk(2, dim=-1)
+            slots = step.meta.slot_mapping
+            stored = None if bool((slots >= 0).all()) else slots >= 0   # padding tokens: nothing to store
+            plan.rope = (torch.cat((cos, cos), dim=-1)[:, None, :], torch.cat((-sin, sin), dim=-1)[:, None, :],
+                         slots if stored is None else slots[stored], stored)
+        cos2, sin2, slots, stored = plan.rope
         half = q.shape[-1] // 2
         for x in (q, k):
             xf = x.float()
             swapped = torch.cat((xf[..., half:], xf[..., :half]), dim=-1)
             x.copy_(xf * cos2 + swapped * sin2)
-        if bool((slot_mapping < 0).any()):     # padding tokens: nothing to store
-            valid = slot_mapping >= 0
-            slot_mapping, k, v = slot_mapping[valid], k[valid], v[valid]
-        k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k)
-        v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v)
+        if stored is not None:
+            k, v = k[stored], v[stored]
+        k_cache, v_cache = kv_cache
+        k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, k)
+        v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, v)
 
-    def attention(self, q, k_cache, v_cache, meta: AttentionMetadata, scale):
+    def attention(self, q, kv_cache, step: Step):
+        k_cache, v_cache = kv_cache
+        meta, scale = step.meta, step.shape.scale
         out = torch.empty_like(q)
         block_size = k_cache.shape[1]
         plan: StepPlan = meta.plan

@@ -14,7 +14,7 @@ import torch
 from engine.model import rope_cos_sin
 from engine.config import EngineConfig
 from engine.model_config import ModelConfig
-from engine.ops.base import AttentionMetadata, Ops, SamplingTensors
+from engine.ops.base import AttentionMetadata, LayerShape, LayerWeights, Ops, SamplingTensors, Step
 from engine.ops.torch_ops import TorchOps
 
 pytestmark = pytest.mark.gpu
@@ -115,16 +115,36 @@ def test_linear_layers(ops_all_gemv_rows, dtype, M, K, N):
     assert rel_err(ops.silu_linear(gate_up, w), REF.silu_linear(gate_up, w)) <= tol(dtype)
 
 
-def attention_block_inputs(M, nh, nkv, d, dtype, H=576):
-    """The attention block's inputs for M rows: x, float32 residual, norm weight, the packed
-    q|k|v weight, and the model's RoPE table (positions up to 4096)."""
-    x = torch.randn(M, H, dtype=dtype, device="cuda")
-    res = torch.randn(M, H, dtype=torch.float32, device="cuda")
-    norm_w = torch.rand(H, dtype=dtype, device="cuda") + 0.5
-    w = torch.randn((nh + 2 * nkv) * d, H, dtype=dtype, device="cuda") * H ** -0.5
-    config = ModelConfig(hidden_size=H, num_layers=1, num_heads=nh, num_kv_heads=nkv, intermediate_size=1,
+def attention_layer(nh, nkv, d, dtype, H=576):
+    """A layer's attention weights: norm, the packed q|k|v projection, and an identity
+    output projection (the block's output is then the attention output itself)."""
+    return LayerWeights(attn_norm=torch.rand(H, dtype=dtype, device="cuda") + 0.5,
+                        qkv=torch.randn((nh + 2 * nkv) * d, H, dtype=dtype, device="cuda") * H ** -0.5,
+                        o=torch.eye(nh * d, dtype=dtype, device="cuda"), ffn_norm=None, gate_up=None, down=None)
+
+
+def block_input(M, dtype, H=576):
+    """x and a float32 residual for M rows."""
+    return torch.randn(M, H, dtype=dtype, device="cuda"), torch.randn(M, H, dtype=torch.float32, device="cuda")
+
+
+def model_rope_table(nh, nkv, d):
+    """The model's RoPE table, positions up to 4096."""
+    config = ModelConfig(hidden_size=576, num_layers=1, num_heads=nh, num_kv_heads=nkv, intermediate_size=1,
                          vocab_size=1, max_position=4096, head_dim=d)
-    return x, res, norm_w, w, rope_cos_sin(config, 4096, "cuda")
+    return rope_cos_sin(config, 4096, "cuda")
+
+
+def rope_step(positions, cos_sin, slots, nh, nkv, d):
+    """A step of T new tokens of one sequence, for the ops that read only its positions,
+    RoPE table and cache slots (and, in the reference, its plan)."""
+    T = positions.shape[0]
+    meta = AttentionMetadata(
+        query_start_loc=torch.tensor([0, T], dtype=torch.int32, device="cuda"),
+        seq_lens=torch.tensor([T], dtype=torch.int32, device="cuda"),
+        block_tables=torch.zeros(1, 1, dtype=torch.int32, device="cuda"), slot_mapping=slots,
+        max_query_len=T, max_seq_len=T, plan=REF.plan_step([T], [T]))
+    return Step(LayerShape(nh, nkv, d, d ** -0.5, 1e-5), positions, cos_sin, meta)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -133,19 +153,20 @@ def attention_block_inputs(M, nh, nkv, d, dtype, H=576):
 def test_attention_inputs(ops, dtype, M, nh, nkv, d):
     """Norm + q|k|v projection + RoPE + cache write (one kernel at 1-2 rows) against the
     reference ops: the rotated q, the residual, and exactly the cache slots written."""
-    x, res, norm_w, w, cos_sin = attention_block_inputs(M, nh, nkv, d, dtype)
+    x, res = block_input(M, dtype)
+    layer = attention_layer(nh, nkv, d, dtype)
     positions = torch.randint(0, 4096, (M,), device="cuda")
     slots = torch.randperm(64 * 16, device="cuda")[:M]
     slots[-1] = -1                                    # a padding row: nothing cached
-    caches = [torch.zeros(64, 16, nkv, d, dtype=dtype, device="cuda") for _ in range(4)]
-    q, r = ops.attention_inputs(x, res, norm_w, 1e-5, w, positions, cos_sin, caches[0], caches[1], slots, nh, nkv)
-    ref_q, ref_r = REF.attention_inputs(x, res, norm_w, 1e-5, w, positions, cos_sin, caches[2], caches[3], slots,
-                                        nh, nkv)
+    step = rope_step(positions, model_rope_table(nh, nkv, d), slots, nh, nkv, d)
+    ours, ref = (torch.zeros(2, 64, 16, nkv, d, dtype=dtype, device="cuda") for _ in range(2))
+    q, r = ops.attention_inputs(x, res, layer, ours, step)
+    ref_q, ref_r = REF.attention_inputs(x, res, layer, ref, step)
     assert torch.equal(r, ref_r)
     assert rel_err(q, ref_q) <= tol(dtype)
-    for ours, ref in ((caches[0], caches[2]), (caches[1], caches[3])):
-        assert torch.equal(ours != 0, ref != 0)        # the same slots written, no others
-        assert rel_err(ours, ref) <= tol(dtype)
+    for mine, theirs in zip(ours, ref):              # k, then v
+        assert torch.equal(mine != 0, theirs != 0)     # the same slots written, no others
+        assert rel_err(mine, theirs) <= tol(dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -176,18 +197,20 @@ def test_rope_and_cache(ops, dtype, T, nh, nkv, d):
     cos_sin = torch.cat([torch.rand(max_pos, d // 2) * 2 - 1] * 2, dim=-1).cuda()
     slots = torch.randperm(num_blocks * bs, device="cuda")[:T]
     slots[::5] = -1  # padding tokens are not cached
-    caches = [torch.full((num_blocks, bs, nkv, d), float("nan"), dtype=dtype, device="cuda") for _ in range(4)]
-    ops.rope_and_cache(q, k, v, positions, cos_sin, caches[0], caches[1], slots)
-    REF.rope_and_cache(qr, kr, vr, positions, cos_sin, caches[2], caches[3], slots)
+    step = rope_step(positions, cos_sin, slots, nh, nkv, d)
+    ours, ref = (torch.full((2, num_blocks, bs, nkv, d), float("nan"), dtype=dtype, device="cuda") for _ in range(2))
+    ops.rope_and_cache(q, k, v, ours, step)
+    REF.rope_and_cache(qr, kr, vr, ref, step)
     assert rel_err(q, qr) <= tol(dtype) and rel_err(k, kr) <= tol(dtype)
     assert torch.equal(v, vr)
-    for mine, ref in ((caches[0], caches[2]), (caches[1], caches[3])):
-        assert torch.equal(mine.isnan(), ref.isnan()), "cache slots written differ"
-        assert rel_err(mine.nan_to_num(), ref.nan_to_num()) <= tol(dtype)
+    for mine, theirs in zip(ours, ref):              # k, then v
+        assert torch.equal(mine.isnan(), theirs.isnan()), "cache slots written differ"
+        assert rel_err(mine.nan_to_num(), theirs.nan_to_num()) <= tol(dtype)
 
 
 def paged_batch(query_lens, seq_lens, nh, nkv, d, dtype, bs=16):
-    """Random paged KV cache with shuffled block tables, packed strided q, and metadata."""
+    """Random paged KV cache [2, num_blocks, bs, nkv, d] with shuffled block tables, packed
+    strided q, and the step (its metadata, the reference's plan; no RoPE table)."""
     blocks_per_seq = [math.ceil(L / bs) for L in seq_lens]
     num_blocks = sum(blocks_per_seq) + 3
     perm = torch.randperm(num_blocks).tolist()
@@ -197,8 +220,7 @@ def paged_batch(query_lens, seq_lens, nh, nkv, d, dtype, bs=16):
         at += n
     width = max(blocks_per_seq)
     tables = [t + [0] * (width - len(t)) for t in tables]
-    k_cache = torch.randn(num_blocks, bs, nkv, d, dtype=dtype, device="cuda")
-    v_cache = torch.randn(num_blocks, bs, nkv, d, dtype=dtype, device="cuda")
+    kv_cache = torch.randn(2, num_blocks, bs, nkv, d, dtype=dtype, device="cuda")
     T = sum(query_lens)
     _, q, _, _ = packed_qkv(T, nh, nkv, d, dtype)
     qsl = [0]
@@ -210,15 +232,15 @@ def paged_batch(query_lens, seq_lens, nh, nkv, d, dtype, bs=16):
         block_tables=dev(tables, torch.int32), slot_mapping=torch.zeros(T, dtype=torch.int64, device="cuda"),
         max_query_len=max(query_lens), max_seq_len=max(seq_lens),
         plan=REF.plan_step(query_lens, seq_lens))   # the cuda ops plan nothing; the reference does
-    return q, k_cache, v_cache, meta
+    step = Step(LayerShape(nh, nkv, d, d ** -0.5, 1e-5), positions=None, cos_sin=None, meta=meta)
+    return q, kv_cache, step
 
 
 def check_attention(ops, query_lens, seq_lens, nh, nkv, d, dtype, bs=16):
-    q, kc, vc, meta = paged_batch(query_lens, seq_lens, nh, nkv, d, dtype, bs)
-    scale = d ** -0.5
+    q, kv, step = paged_batch(query_lens, seq_lens, nh, nkv, d, dtype, bs)
     poison_next((q.shape[0], nh, d), dtype)
-    out = ops.attention(q, kc, vc, meta, scale)
-    ref = REF.attention(q.float(), kc.float(), vc.float(), meta, scale)
+    out = ops.attention(q, kv, step)
+    ref = REF.attention(q.float(), kv.float(), step)
     assert rel_err(out, ref) <= 1e-2
 
 
@@ -239,28 +261,29 @@ def test_decode_attention(ops, dtype, nh, nkv, d, seq_lens):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("nh,nkv,d", [(9, 3, 64), (8, 2, 128)])
 @pytest.mark.parametrize("seq_lens", [[1, 17, 300, 1000, 4096], "b256"])
-def test_decode_self_attention_fuses_rope_and_cache_write(ops, dtype, nh, nkv, d, seq_lens):
+def test_decode_attention_block_fuses_rope_and_cache_write(ops, dtype, nh, nkv, d, seq_lens):
     """Past the gemv sizes, decode rotates q and k and writes the new k, v inside the
     attention kernel: the same output and cache as rope_and_cache + attention (the base
-    Ops.self_attention on the same ops), with the new token in a later split."""
+    Ops.attention_block on the same ops), with the new token in a later split."""
     if seq_lens == "b256":
         seq_lens = torch.randint(1, 1025, (256,)).tolist()
     B, bs = len(seq_lens), 16
-    _, kc, vc, meta = paged_batch([1] * B, seq_lens, nh, nkv, d, dtype, bs)
+    _, kv, step = paged_batch([1] * B, seq_lens, nh, nkv, d, dtype, bs)
     last = torch.tensor(seq_lens, device="cuda") - 1            # the new token's position
-    slots = meta.block_tables.long().gather(1, (last // bs)[:, None])[:, 0] * bs + last % bs
+    slots = step.meta.block_tables.long().gather(1, (last // bs)[:, None])[:, 0] * bs + last % bs
     slots[1] = -1                                                 # a padding row: nothing cached
-    meta = dataclasses.replace(meta, slot_mapping=slots)
-    x, res, norm_w, w, cos_sin = attention_block_inputs(B, nh, nkv, d, dtype)
-    args = (x, res, norm_w, 1e-5, w, last, cos_sin)
+    step = dataclasses.replace(step, positions=last, cos_sin=model_rope_table(nh, nkv, d),
+                               meta=dataclasses.replace(step.meta, slot_mapping=slots))
+    x, res = block_input(B, dtype)
+    layer = attention_layer(nh, nkv, d, dtype)                   # identity o: out is the attention output
     poison_next((B, nh, d), dtype)
-    out, r = ops.self_attention(*args, kc, vc, meta, d ** -0.5, nh, nkv)
-    kc_ref, vc_ref = kc.clone(), vc.clone()
-    ref, ref_r = Ops.self_attention(ops, *args, kc_ref, vc_ref, meta, d ** -0.5, nh, nkv)
+    out, r = ops.attention_block(x, res, layer, kv, step)
+    kv_ref = kv.clone()
+    ref, ref_r = Ops.attention_block(ops, x, res, layer, kv_ref, step)
     assert torch.equal(r, ref_r)
     assert rel_err(out, ref) <= tol(dtype)
-    assert torch.equal(vc, vc_ref)
-    rows, k, k_ref = slots[slots >= 0], kc.view(-1, nkv, d), kc_ref.view(-1, nkv, d)
+    assert torch.equal(kv[1], kv_ref[1])
+    rows, k, k_ref = slots[slots >= 0], kv[0].view(-1, nkv, d), kv_ref[0].view(-1, nkv, d)
     assert rel_err(k[rows], k_ref[rows]) <= tol(dtype)
     others = torch.ones(k.shape[0], dtype=torch.bool, device="cuda")
     others[rows] = False
@@ -284,9 +307,9 @@ def test_decode_attention_block_sizes(ops, dtype, bs):
 def test_decode_split_counters_reset_between_launches(ops):
     """The last split of each sequence combines the partials and zeroes its counter:
     launch after launch (as graph replays do), the result must not change."""
-    q, kc, vc, meta = paged_batch([1] * 4, [4096, 3000, 97, 1], 9, 3, 64, torch.bfloat16)
-    ref = REF.attention(q.float(), kc.float(), vc.float(), meta, 0.125)
-    outs = [ops.attention(q, kc, vc, meta, 0.125) for _ in range(3)]
+    q, kv, step = paged_batch([1] * 4, [4096, 3000, 97, 1], 9, 3, 64, torch.bfloat16)
+    ref = REF.attention(q.float(), kv.float(), step)
+    outs = [ops.attention(q, kv, step) for _ in range(3)]
     assert rel_err(outs[0], ref) <= 1e-2
     assert all(torch.equal(o, outs[0]) for o in outs[1:])
 
