@@ -62,11 +62,11 @@ def main() -> None:
     runner = llm.runner
     for name in ("_step_inputs", "_sampling_arrays", "_upload", "_token_ids", "_metadata", "_copy_out", "read"):
         timed(runner, name)
-    for name in ("update", "advance"):
+    for name in ("apply", "record_tokens"):
         timed(runner.input_batch, name)
     if runner.graphs:
         timed(runner.graphs, "replay")
-    timed(llm, "_take_tokens")
+    timed(llm.scheduler, "update_from_output")
     before = llm.stats
     start = time.perf_counter()
     llm.generate([r.prompt for r in requests], params)
@@ -91,9 +91,9 @@ def host_only(llm: LLM, workload) -> None:
     logits = torch.zeros((llm.config.max_num_seqs, 1))
     model.forward = lambda token_ids, *_: hidden[:token_ids.shape[0]]
     model.logits = lambda rows: logits[:rows.shape[0]]
-    batches = []
+    steps_scheduled = []
     schedule = llm.scheduler.schedule
-    llm.scheduler.schedule = lambda: batches.append(schedule()) or batches[-1]
+    llm.scheduler.schedule = lambda: steps_scheduled.append(schedule()) or steps_scheduled[-1]
     requests = workload.requests()
     full = min(len(requests), llm.config.max_num_seqs)
     for _ in range(2):                                   # the first round warms up
@@ -103,8 +103,8 @@ def host_only(llm: LLM, workload) -> None:
         while llm.has_unfinished():
             before = dict(llm.host_time)
             llm.step()
-            batch = batches.pop()
-            if len(batch.seqs) == full and all(n == 1 for n in batch.num_new_tokens):
+            out = steps_scheduled.pop()
+            if len(out.request_ids) == full and all(n == 1 for n in out.num_scheduled_tokens):
                 steps += 1
                 for phase in totals:
                     totals[phase] += llm.host_time[phase] - before[phase]

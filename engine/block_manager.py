@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from engine.sequence import Sequence
-
 
 @dataclass
 class Block:
@@ -30,6 +28,9 @@ class PrefixCacheStats:
 
 
 class BlockManager:
+    """Owns the KV blocks: who holds which (a block table per request id) and what
+    each cached one contains. Requests are named by id; token ids are passed in."""
+
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
         if num_blocks < 1:
             raise ValueError("the KV cache needs at least one block")
@@ -39,36 +40,46 @@ class BlockManager:
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self.cached: dict[int, int] = {}          # content hash -> block id
+        self.tables: dict[int, list[int]] = {}    # request id -> its blocks, in order
+        self.hashes: dict[int, list[int]] = {}    # request id -> hashes of its published full blocks
         self.stats = PrefixCacheStats()
 
     @property
     def num_free_blocks(self) -> int:
         return len(self.free)
 
-    def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
-        total = seq.num_computed_tokens + num_new_tokens
-        return max(0, -(-total // self.block_size) - len(seq.block_table))
+    def block_table(self, request_id: int) -> list[int]:
+        return self.tables.get(request_id, [])
 
-    def can_allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
-        return self.blocks_needed(seq, num_new_tokens) <= self.num_free_blocks
+    def blocks_needed(self, request_id: int, num_tokens: int) -> int:
+        """New blocks the request needs to hold `num_tokens` tokens in all."""
+        return max(0, -(-num_tokens // self.block_size) - len(self.block_table(request_id)))
 
-    def allocate(self, seq: Sequence, num_new_tokens: int) -> None:
-        for _ in range(self.blocks_needed(seq, num_new_tokens)):
-            seq.block_table.append(self._take_free_block())
+    def can_allocate(self, request_id: int, num_tokens: int) -> bool:
+        return self.blocks_needed(request_id, num_tokens) <= self.num_free_blocks
 
-    def acquire_cached_prefix(self, seq: Sequence) -> int:
-        """Point a fresh sequence's first blocks at cached ones; return tokens hit.
+    def allocate(self, request_id: int, num_tokens: int) -> list[int]:
+        """Grow the request's table to hold `num_tokens` tokens; returns the new block ids."""
+        new = [self._take_free_block() for _ in range(self.blocks_needed(request_id, num_tokens))]
+        self.tables.setdefault(request_id, []).extend(new)
+        return new
 
-        At least one prompt token is always left to compute, so the step that
-        finishes the prompt produces logits for the first output token.
+    def acquire_cached_prefix(self, request_id: int, token_ids: list[int]) -> int:
+        """Point a request without blocks at the cached blocks of its prefix; return tokens hit.
+
+        At least one token is always left to compute, so the step that finishes the
+        prompt produces logits for the first output token.
         """
-        assert not seq.block_table and seq.num_computed_tokens == 0
+        assert request_id not in self.tables
+        table: list[int] = []
+        hashes: list[int] = []
+        self.tables[request_id], self.hashes[request_id] = table, hashes
         if not self.enable_prefix_caching:
             return 0
         bs = self.block_size
         parent: int | None = None
-        for i in range((seq.num_tokens - 1) // bs):
-            key = (parent, tuple(seq.token_ids[i * bs:(i + 1) * bs]))
+        for i in range((len(token_ids) - 1) // bs):
+            key = (parent, tuple(token_ids[i * bs:(i + 1) * bs]))
             h = hash(key)
             self.stats.queries += 1
             block_id = self.cached.get(h)
@@ -79,45 +90,50 @@ class BlockManager:
             if block.ref_count == 0:
                 del self.free[block_id]
             block.ref_count += 1
-            seq.block_table.append(block_id)
-            seq.block_hashes.append(h)
+            table.append(block_id)
+            hashes.append(h)
             parent = h
-        seq.num_computed_tokens = len(seq.block_table) * bs
-        self.stats.hit_tokens += seq.num_computed_tokens
-        return seq.num_computed_tokens
+        hit = len(table) * bs
+        self.stats.hit_tokens += hit
+        return hit
 
-    def register_computed_blocks(self, seq: Sequence) -> None:
-        """Publish the sequence's newly completed full blocks to the prefix cache."""
+    def num_published(self, request_id: int) -> int:
+        """Full blocks of the request already in the prefix cache."""
+        return len(self.hashes.get(request_id, ()))
+
+    def publish_full_blocks(self, request_id: int, token_ids: list[int], num_computed: int) -> None:
+        """Publish the request's full blocks among its first `num_computed` tokens, whose
+        values are `token_ids` (all of them known: a block is hashed by its contents)."""
         if not self.enable_prefix_caching:
             return
         bs = self.block_size
-        for i in range(len(seq.block_hashes), seq.num_computed_tokens // bs):
-            parent = seq.block_hashes[-1] if seq.block_hashes else None
-            key = (parent, tuple(seq.token_ids[i * bs:(i + 1) * bs]))
+        assert num_computed <= len(token_ids)
+        table, hashes = self.tables[request_id], self.hashes.setdefault(request_id, [])
+        for i in range(len(hashes), num_computed // bs):
+            parent = hashes[-1] if hashes else None
+            key = (parent, tuple(token_ids[i * bs:(i + 1) * bs]))
             h = hash(key)
-            block = self.blocks[seq.block_table[i]]
+            block = self.blocks[table[i]]
             if block.key is None:
                 block.key = key
                 self.cached.setdefault(h, block.block_id)
-            seq.block_hashes.append(h)
+            hashes.append(h)
 
-    def release(self, seq: Sequence) -> None:
+    def release(self, request_id: int) -> None:
         # Tail blocks go back first so that they are evicted before the shared
         # prefix blocks at the head of the table.
-        for block_id in reversed(seq.block_table):
+        for block_id in reversed(self.tables.pop(request_id, [])):
             block = self.blocks[block_id]
             block.ref_count -= 1
             if block.ref_count == 0:
                 self.free[block_id] = None
-        seq.block_table = []
-        seq.block_hashes = []
-        seq.num_computed_tokens = 0
+        self.hashes.pop(request_id, None)
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached prefix, so the next prompts compute all their blocks.
 
-        Only while no sequence holds a block (as vLLM's reset_prefix_cache): a running
-        sequence's blocks are its own state, not cache. Returns whether it reset."""
+        Only while no request holds a block (as vLLM's reset_prefix_cache): a running
+        request's blocks are its own state, not cache. Returns whether it reset."""
         if len(self.free) != self.num_blocks:
             return False
         for block in self.blocks:

@@ -7,9 +7,12 @@ in U+FFFD (a character whose bytes the next token completes).
 """
 from __future__ import annotations
 
-from typing import Sequence as Seq
+from typing import TYPE_CHECKING, Sequence as Seq
 
 from engine.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from engine.sequence import Sequence
 
 REPLACEMENT = "\ufffd"
 
@@ -36,3 +39,28 @@ class StopStringDetector:
         self.prefix, self.read = self.read, len(self.ids)
         hits = [i for i in (self.text.find(s, start) for s in self.stop) if i >= 0]
         return min(hits) if hits else None
+
+
+class StopChecker:
+    """Whether a request's newest token stops it: a stop token id, an end-of-sequence
+    token (unless ignore_eos), or the end of a stop string (without a tokenizer, token
+    ids alone)."""
+
+    def __init__(self, tokenizer: Tokenizer | None):
+        self.tokenizer = tokenizer
+        self.eos_token_ids = frozenset(tokenizer.eos_token_ids) if tokenizer else frozenset()
+        self._detectors: dict[int, StopStringDetector] = {}    # by request id, while it runs
+
+    def add(self, seq: Sequence) -> None:
+        if seq.sampling.stop and self.tokenizer:
+            self._detectors[seq.request_id] = StopStringDetector(self.tokenizer, seq.sampling.stop)
+
+    def drop(self, request_id: int) -> None:
+        self._detectors.pop(request_id, None)
+
+    def stops(self, seq: Sequence, token_id: int) -> bool:
+        p = seq.sampling
+        if token_id in p.stop_token_ids or (not p.ignore_eos and token_id in self.eos_token_ids):
+            return True
+        detector = self._detectors.get(seq.request_id)
+        return detector is not None and detector.append(token_id) is not None

@@ -10,7 +10,7 @@ import torch
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.detokenizer import StopStringDetector
+from engine.detokenizer import StopChecker
 from engine.model import LlamaModel
 from engine.model_runner import ModelRunner
 from engine.model_source import resolve
@@ -71,18 +71,17 @@ class LLM:
         self.kv_cache = torch.zeros((c.num_layers, 2, num_blocks, config.block_size, c.num_kv_heads, c.head_dim),
                                     device=self.device, dtype=self.dtype)
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
-        self.scheduler = Scheduler(config, self.block_manager)
+        self.scheduler = Scheduler(config, self.block_manager, StopChecker(self.tokenizer))
         graphs = None
         if self.model.ops.supports_graphs and not config.enforce_eager:
             from engine.cuda_graphs import DecodeGraphs
             graphs = DecodeGraphs(config, self.model, self.kv_cache, self.device)
         self.runner = ModelRunner(config, self.model, self.kv_cache, self.device, graphs)
         self._next_request_id = 0
-        self._stop_detectors: dict[int, StopStringDetector] = {}   # by request id, while it runs
         self._in_flight = None     # the launched step whose tokens the host has not read yet
         # Host seconds per phase of step(); read_and_finish includes waiting for the GPU
         # (runner.syncs.wait_s): a host-bound loop shows little wait.
-        self.host_time = dict.fromkeys(("schedule", "launch", "read_and_finish", "commit"), 0.0)
+        self.host_time = dict.fromkeys(("schedule", "launch", "read_and_finish"), 0.0)
 
     @property
     def backend(self) -> str:
@@ -152,9 +151,7 @@ class LLM:
         rid = self._next_request_id
         self._next_request_id += 1
         seed = params.seed if params.seed is not None else (self.config.seed * 1_000_003 + rid) & (2**63 - 1)
-        seq = Sequence(rid, ids, params, seed)
-        if params.stop and self.tokenizer:
-            self._stop_detectors[rid] = StopStringDetector(self.tokenizer, params.stop)
+        seq = Sequence(rid, ids, params, seed, max_num_tokens=min(len(ids) + params.max_tokens, self.max_model_len))
         self.scheduler.add(seq)
         return seq
 
@@ -167,49 +164,20 @@ class LLM:
         sequences that finished."""
         clock = self.host_time
         t0 = time.perf_counter()
-        batch = self.scheduler.schedule()
+        scheduled = self.scheduler.schedule()
         t1 = time.perf_counter()
-        launched = self.runner.launch(batch, self._in_flight)
+        launched = self.runner.launch(scheduled, self._in_flight)
         t2 = time.perf_counter()
-        finished = self._take_tokens(self._in_flight, work_queued_behind=launched is not None) \
-            if self._in_flight else []
-        t3 = time.perf_counter()
-        self.scheduler.commit(batch)
+        finished = []
+        if self._in_flight:
+            tokens = self.runner.read(self._in_flight, work_queued_behind=launched is not None)
+            finished = self.scheduler.update_from_output(self._in_flight.request_ids, tokens, time.perf_counter())
         self._in_flight = launched
-        t4 = time.perf_counter()
+        t3 = time.perf_counter()
         clock["schedule"] += t1 - t0
         clock["launch"] += t2 - t1
         clock["read_and_finish"] += t3 - t2
-        clock["commit"] += t4 - t3
         return finished
-
-    def _take_tokens(self, step, work_queued_behind: bool) -> list[Sequence]:
-        tokens = self.runner.read(step, work_queued_behind)
-        now = time.perf_counter()
-        finished = []
-        for seq, index, token in zip(step.seqs, step.indices, tokens):
-            if seq.is_finished:          # it stopped at an earlier token; this one was speculative
-                continue
-            seq.resolve_token(index, token, now)
-            reason = self._finish_reason(seq, token, index)
-            if reason:
-                seq.finish(reason, now, index)
-                self.scheduler.finish(seq)
-                self._stop_detectors.pop(seq.request_id, None)
-                finished.append(seq)
-        return finished
-
-    def _finish_reason(self, seq: Sequence, token: int, index: int) -> str | None:
-        p = seq.sampling
-        if token in p.stop_token_ids or (not p.ignore_eos and self.tokenizer
-                                         and token in self.tokenizer.eos_token_ids):
-            return "stop"
-        detector = self._stop_detectors.get(seq.request_id)
-        if detector and detector.append(token) is not None:
-            return "stop"
-        if index + 1 - seq.num_prompt_tokens >= p.max_tokens or index + 1 >= self.max_model_len:
-            return "length"
-        return None
 
     @staticmethod
     def _stop_string_at(text: str, stop: list[str]) -> int | None:
@@ -232,14 +200,13 @@ class LLM:
     def next_token_logits(self, prompt: Prompt) -> torch.Tensor:
         """Float32 logits of the token after `prompt` (one prefill, nothing kept):
         the figure backends are compared on."""
-        seq = Sequence(-1, self.encode_prompt(prompt), SamplingParams(max_tokens=1), 0)
-        if not self.block_manager.can_allocate(seq, seq.num_tokens):
+        ids = self.encode_prompt(prompt)
+        if not self.block_manager.can_allocate(-1, len(ids)):
             raise RuntimeError("the KV cache is busy; call next_token_logits between generations")
-        self.block_manager.allocate(seq, seq.num_tokens)
         try:
-            return self.runner.logits(seq)[0].float().cpu()
+            return self.runner.logits(ids, self.block_manager.allocate(-1, len(ids)))[0].float().cpu()
         finally:
-            self.block_manager.release(seq)
+            self.block_manager.release(-1)
 
     # ------------------------------------------------------------ batch API
 

@@ -1,14 +1,14 @@
-"""Turns a scheduled batch into tensors, launches the model and the sampler.
+"""Turns the scheduler's step into tensors, launches the model and the sampler.
 
 The step loop never waits for the step it just launched: `launch` enqueues a
-step and returns a `LaunchedStep`; its tokens reach the host later (pinned
-copy + event) when the engine `read`s them, by which time the next step is
-already queued. A token the host has not read yet is PENDING in its sequence;
-the next step takes it straight from the previous step's device output (a row
-index map, so compaction of the batch is replayed on the device in stream order).
-Inputs are built from a persistent batch (engine.input_batch) whose rows are
-edited in place. Decode-only steps replay a CUDA graph when the backend can be
-captured.
+step and returns a `LaunchedStep`, the asynchronous handle of its sampled
+tokens; they reach the host later (pinned copy + event) when the engine `read`s
+them, by which time the next step is already queued. A token the host has not
+read yet is taken straight from the previous step's device output (a row index
+map, so compaction of the batch is replayed on the device in stream order).
+Per-request state lives in the persistent batch (engine.input_batch), edited in
+place from the scheduler's diffs; the runner never sees the scheduler's
+requests. Decode-only steps replay a CUDA graph when the backend can be captured.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from engine.config import EngineConfig
 from engine.input_batch import InputBatch
 from engine.model import LlamaModel
 from engine.ops import AttentionMetadata, SamplingTensors
-from engine.scheduler import ScheduledBatch
-from engine.sequence import PENDING_TOKEN, Sequence
+from engine.sampling_params import SamplingParams
+from engine.scheduler import NewRequest, SchedulerOutput
 from engine.sync import HostSyncCounter
 
 
@@ -32,10 +32,12 @@ _TORCH_DTYPES = {np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int3
 
 @dataclass
 class LaunchedStep:
-    """A step in flight: one sampled token per row of `seqs`, on the device."""
-    seqs: list[Sequence]
-    indices: list[int]                 # where each row's token goes in its sequence
-    tokens: torch.Tensor               # [>= len(seqs)] int64 on the device (graph rows padded)
+    """A step in flight: one sampled token per request of `request_ids`, on the device."""
+    request_ids: list[int]
+    rows: np.ndarray                   # their rows in the persistent batch at launch
+    num_removals: int                  # the persistent batch's layout version at launch
+    positions: np.ndarray              # where each token goes in its request
+    tokens: torch.Tensor               # [>= len(request_ids)] int64 on the device (graph rows padded)
     host: torch.Tensor                 # pinned copy of tokens, valid once `ready` has passed
     ready: torch.cuda.Event | None     # None on the CPU: the copy is already done
 
@@ -43,7 +45,7 @@ class LaunchedStep:
 @dataclass
 class StepInputs:
     """Host-built inputs of one step, padded to `rows` rows for a graph bucket."""
-    token_ids: np.ndarray              # [T] int64; PENDING_TOKEN where the device has it
+    token_ids: np.ndarray              # [T] int64; 0 where the device has the token
     source_rows: np.ndarray            # [T] int64; the previous step's row of a pending token, else -1
     positions: np.ndarray              # [T] int64
     slots: np.ndarray                  # [T] int64
@@ -51,6 +53,20 @@ class StepInputs:
     seq_lens: np.ndarray               # [B] int32
     block_tables: np.ndarray           # [B, max_blocks] int32
     sample_rows: np.ndarray            # [S] int64
+
+
+@dataclass
+class StepLayout:
+    """The step's requests over the persistent batch, in the scheduler's batch order."""
+    rows: np.ndarray                   # [B] their rows
+    start: np.ndarray                  # [B] tokens of each already in the cache
+    query_lens: np.ndarray             # [B] tokens each computes this step
+    sampled: np.ndarray                # [S] indices into the B requests that sample
+
+    @classmethod
+    def of(cls, rows: np.ndarray, out: SchedulerOutput) -> StepLayout:
+        return cls(rows, np.array(out.num_computed_tokens, np.int64), np.array(out.num_scheduled_tokens, np.int64),
+                   np.flatnonzero(out.samples))
 
 
 class ModelRunner:
@@ -68,19 +84,19 @@ class ModelRunner:
     # ------------------------------------------------------------ the step
 
     @torch.inference_mode()
-    def launch(self, batch: ScheduledBatch, previous: LaunchedStep | None) -> LaunchedStep | None:
-        """Enqueue the batch's forward pass and sampling; None if nothing is sampled.
-        Called for every scheduled batch, empty ones too: the persistent batch follows them all."""
-        rows = self.input_batch
-        rows.update(batch)
-        n = rows.num_rows
+    def launch(self, out: SchedulerOutput, previous: LaunchedStep | None) -> LaunchedStep | None:
+        """Enqueue the step's forward pass and sampling; None if nothing is sampled.
+        Called for every step, empty ones too: the persistent batch follows every diff."""
+        batch = self.input_batch
+        step = StepLayout.of(batch.apply(out), out)
+        n = len(step.rows)
         if n == 0:
+            batch.mark_sampled(step.sampled)
             return None
-        sampled = np.flatnonzero(rows.num_computed[:n] + rows.num_scheduled[:n] == rows.num_tokens[:n])
-        decode_only = len(sampled) == n and bool((rows.num_scheduled[:n] == 1).all())
+        decode_only = len(step.sampled) == n and bool((step.query_lens == 1).all())
         bucket = self.graphs.bucket_for(n) if self.graphs and decode_only else None
-        inputs = self._step_inputs(rows, sampled, pad_to=bucket)
-        params = self._sampling_arrays(rows, sampled, pad_to=bucket)
+        inputs = self._step_inputs(batch, step, pad_to=bucket)
+        params = self._sampling_arrays(batch, step, pad_to=bucket)
         dev = self._upload({**vars(inputs), **params})
         sampling = SamplingTensors(dev["temperature"], dev["top_k"], dev["top_p"], dev["seeds"], dev["counters"],
                                    all_greedy=not params["temperature"].any(),
@@ -90,23 +106,34 @@ class ModelRunner:
                                         self._metadata(inputs, dev), sampling)
         else:
             logits = self._logits(inputs, dev, previous)
-            tokens = self.model.ops.sample(logits, sampling) if len(sampled) else None
-        seqs, indices = rows.advance(sampled)
-        return self._copy_out(seqs, indices, tokens) if seqs else None
+            tokens = self.model.ops.sample(logits, sampling) if len(step.sampled) else None
+        sampled_rows = step.rows[step.sampled]
+        batch.mark_sampled(sampled_rows)
+        if not len(step.sampled):
+            return None
+        request_ids = [out.request_ids[i] for i in step.sampled.tolist()]
+        positions = (step.start + step.query_lens)[step.sampled]
+        return self._copy_out(request_ids, sampled_rows, batch.num_removals, positions, tokens)
 
     def read(self, step: LaunchedStep, work_queued_behind: bool) -> list[int]:
-        """The step's tokens on the host (waits for its copy if it has not landed)."""
+        """The step's tokens on the host (waits for its copy if it has not landed); the
+        persistent batch keeps them for the rows' later steps."""
         if step.ready is not None:
             self.syncs.wait(step.ready, work_queued_behind)
-        return step.host[:len(step.seqs)].tolist()
+        tokens = step.host[:len(step.request_ids)]
+        self.input_batch.record_tokens(step.request_ids, step.rows, step.num_removals, step.positions,
+                                       tokens.numpy())
+        return tokens.tolist()
 
     @torch.inference_mode()
-    def logits(self, seq: Sequence) -> torch.Tensor:
+    def logits(self, token_ids: list[int], block_ids: list[int]) -> torch.Tensor:
         """Run a prefill of the whole sequence eagerly, outside the persistent batch;
         logits [1, V] at its last token."""
-        rows = InputBatch(1, self.max_model_len, self.block_size)
-        rows.update(ScheduledBatch([seq], [seq.num_tokens - seq.num_computed_tokens]))
-        inputs = self._step_inputs(rows, np.zeros(1, np.int64))
+        batch = InputBatch(1, self.max_model_len, self.block_size)
+        out = SchedulerOutput(new_requests=[NewRequest(-1, token_ids, len(token_ids), SamplingParams(), 0, block_ids)],
+                              request_ids=[-1], num_scheduled_tokens=[len(token_ids)], num_computed_tokens=[0],
+                              samples=[True])
+        inputs = self._step_inputs(batch, StepLayout.of(batch.apply(out), out))
         return self._logits(inputs, self._upload(vars(inputs)), None)
 
     # ------------------------------------------------------------ inputs
@@ -117,43 +144,43 @@ class ModelRunner:
         return self.model.logits(hidden[dev["sample_rows"]])
 
     @staticmethod
-    def _step_inputs(rows: InputBatch, sampled: np.ndarray, pad_to: int | None = None) -> StepInputs:
-        """The step's inputs over the persistent batch's rows, vectorized; only prefill
-        chunks and tokens the host already has (not pending on the device) are copied
-        per sequence. Padding rows of a graph bucket: token 0, position 0, no cache
-        slot (-1), a one-token query and context."""
-        n, bs = rows.num_rows, rows.block_size
+    def _step_inputs(batch: InputBatch, step: StepLayout, pad_to: int | None = None) -> StepInputs:
+        """The step's inputs over the persistent batch's rows, vectorized. Padding rows
+        of a graph bucket: token 0, position 0, no cache slot (-1), a one-token query
+        and context."""
+        n, bs = len(step.rows), batch.block_size
         padded_rows = pad_to or n
         query_lens = np.ones(padded_rows, np.int32)
-        query_lens[:n] = rows.num_scheduled[:n]
+        query_lens[:n] = step.query_lens
         query_start = np.zeros(padded_rows + 1, np.int32)
         np.cumsum(query_lens, out=query_start[1:])
-        start = rows.num_computed[:n]
         seq_lens = np.ones(padded_rows, np.int32)
-        seq_lens[:n] = start + query_lens[:n]
+        seq_lens[:n] = step.start + step.query_lens
 
         num_tokens, num_real = int(query_start[-1]), int(query_start[n])
-        token_row = np.repeat(np.arange(n), query_lens[:n])
-        pos = start[token_row] + np.arange(num_real) - query_start[token_row]
+        token_index = np.repeat(np.arange(n), step.query_lens)        # the step request of each token
+        token_row = step.rows[token_index]
+        pos = step.start[token_index] + np.arange(num_real) - query_start[token_index]
         positions = np.zeros(num_tokens, np.int64)
         positions[:num_real] = pos
         slots = np.full(num_tokens, -1, np.int64)
-        slots[:num_real] = rows.block_table[token_row, pos // bs].astype(np.int64) * bs + pos % bs
-
-        # A decode row's token is usually still on the device (sampled by the previous
-        # step): PENDING here, gathered there from the previous step's output.
-        pending = rows.pending_source[:n]
+        slots[:num_real] = batch.block_table[token_row, pos // bs].astype(np.int64) * bs + pos % bs
         token_ids = np.zeros(num_tokens, np.int64)
-        token_ids[:num_real] = PENDING_TOKEN
-        for row in np.flatnonzero((pending < 0) | (query_lens[:n] > 1)).tolist():
-            first, chunk = int(start[row]), int(query_lens[row])
-            token_ids[query_start[row]:query_start[row] + chunk] = rows.seqs[row].token_ids[first:first + chunk]
-        source_rows = np.full(num_tokens, -1, np.int64)
-        on_device = np.flatnonzero(pending >= 0)
-        source_rows[query_start[on_device + 1] - 1] = pending[on_device]     # a row's newest token
+        token_ids[:num_real] = batch.token_ids[token_row, pos]
 
-        block_tables = rows.block_table[:padded_rows, :int(rows.num_blocks[:n].max())]
-        sample_rows = query_start[sampled + 1].astype(np.int64) - 1
+        # A decode row's newest token is usually still on the device (sampled by the
+        # previous step): gathered there from the previous step's output.
+        pending = batch.pending_source[step.rows]
+        on_device = np.flatnonzero(pending >= 0)
+        newest = query_start[on_device + 1] - 1
+        token_ids[newest] = 0
+        source_rows = np.full(num_tokens, -1, np.int64)
+        source_rows[newest] = pending[on_device]
+
+        width = int(batch.num_blocks[step.rows].max())
+        block_tables = np.zeros((padded_rows, width), np.int32)
+        block_tables[:n] = batch.block_table[step.rows, :width]
+        sample_rows = query_start[step.sampled + 1].astype(np.int64) - 1
         return StepInputs(token_ids, source_rows, positions, slots, query_start, seq_lens, block_tables,
                           sample_rows)
 
@@ -172,16 +199,19 @@ class ModelRunner:
             plan=self.model.ops.plan_step(query_lens, inputs.seq_lens))
 
     @staticmethod
-    def _sampling_arrays(rows: InputBatch, sampled: np.ndarray, pad_to: int | None = None) -> dict[str, np.ndarray]:
-        width = pad_to or len(sampled)
+    def _sampling_arrays(batch: InputBatch, step: StepLayout, pad_to: int | None = None) -> dict[str, np.ndarray]:
+        rows = step.rows[step.sampled]
+        width = pad_to or len(rows)
 
         def padded(values: np.ndarray, fill) -> np.ndarray:
             out = np.full(width, fill, values.dtype)
-            out[:len(sampled)] = values[sampled]
+            out[:len(rows)] = values
             return out
-        return {"temperature": padded(rows.temperature, 0.0), "top_k": padded(rows.top_k, 0),
-                "top_p": padded(rows.top_p, 1.0), "seeds": padded(rows.seeds, 0),
-                "counters": padded(rows.num_tokens - rows.num_prompt, 0)}
+        # The counter of a sampled token is its index among the request's outputs.
+        counters = (step.start + step.query_lens)[step.sampled] - batch.num_prompt[rows]
+        return {"temperature": padded(batch.temperature[rows], 0.0), "top_k": padded(batch.top_k[rows], 0),
+                "top_p": padded(batch.top_p[rows], 1.0), "seeds": padded(batch.seeds[rows], 0),
+                "counters": padded(counters, 0)}
 
     def _upload(self, arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         """All of a step's host arrays to the device in one copy: packed at 16-byte
@@ -199,11 +229,12 @@ class ModelRunner:
         return {name: on_device[offsets[name]:offsets[name] + a.nbytes].view(_TORCH_DTYPES[a.dtype]).view(a.shape)
                 for name, a in arrays.items()}
 
-    def _copy_out(self, seqs: list[Sequence], indices: list[int], tokens: torch.Tensor) -> LaunchedStep:
+    def _copy_out(self, request_ids: list[int], rows: np.ndarray, num_removals: int, positions: np.ndarray,
+                  tokens: torch.Tensor) -> LaunchedStep:
         if self.device.type != "cuda":
-            return LaunchedStep(seqs, indices, tokens, tokens.cpu(), None)
+            return LaunchedStep(request_ids, rows, num_removals, positions, tokens, tokens.cpu(), None)
         host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
         host.copy_(tokens, non_blocking=True)
         ready = torch.cuda.Event()
         ready.record()
-        return LaunchedStep(seqs, indices, tokens, host, ready)
+        return LaunchedStep(request_ids, rows, num_removals, positions, tokens, host, ready)

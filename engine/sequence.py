@@ -1,4 +1,8 @@
-"""One request as the scheduler sees it: tokens, KV blocks, progress, timestamps."""
+"""One request as the scheduler sees it: tokens, progress, timestamps.
+
+Only the scheduler writes a Sequence (the block manager keeps its KV blocks; the
+model runner keeps its own per-row copy of what it needs). Everyone else reads it.
+"""
 from __future__ import annotations
 
 import enum
@@ -8,44 +12,40 @@ from dataclasses import dataclass, field
 from engine.sampling_params import SamplingParams
 
 
-# Stands in token_ids for a token sampled on the device whose value the host has
-# not read yet (the step loop reads tokens one step late).
-PENDING_TOKEN = -1
-
-
 class SequenceStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
     FINISHED = "finished"
 
 
-@dataclass
+@dataclass(eq=False)     # a request is itself: compared by identity
 class Sequence:
     request_id: int
     prompt_token_ids: list[int]
     sampling: SamplingParams
     seed: int                      # effective RNG seed (request's or derived)
+    max_num_tokens: int            # length at which it samples no more: max_tokens or the context
     arrival_time: float = field(default_factory=time.perf_counter)
 
     def __post_init__(self) -> None:
+        # Tokens whose values the host knows: the prompt, then the outputs read so far.
         self.token_ids: list[int] = list(self.prompt_token_ids)
+        # Tokens sampled on the device whose values the host has not read yet (the step
+        # loop reads one step late): a count, the tokens themselves are on the device.
+        self.num_pending = 0
         self.status = SequenceStatus.WAITING
-        # Tokens whose K/V are in the cache. Reset to 0 (or the prefix-cache
-        # hit) when the sequence is preempted and later recomputed.
+        # Tokens whose K/V are in the cache, or queued to be: the scheduler counts a step's
+        # tokens when it schedules them. Back to 0 (or the prefix-cache hit) on preemption.
         self.num_computed_tokens = 0
-        self.block_table: list[int] = []
-        self.block_hashes: list[int] = []   # prefix-cache hashes of full blocks
         self.finish_reason: str | None = None
         self.token_times: list[float] = []
         self.finish_time: float | None = None
         self.num_preemptions = 0
-        # Set when the pending token is the last this sequence may produce (max_tokens
-        # or the context limit): the scheduler gives it no further step.
-        self.out_of_budget = False
 
     @property
     def num_tokens(self) -> int:
-        return len(self.token_ids)
+        """Known and pending tokens: the length the sequence has on the device."""
+        return len(self.token_ids) + self.num_pending
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -57,7 +57,7 @@ class Sequence:
 
     @property
     def num_output_tokens(self) -> int:
-        return self.num_tokens - self.num_prompt_tokens
+        return len(self.token_ids) - self.num_prompt_tokens
 
     @property
     def num_uncomputed_tokens(self) -> int:
@@ -67,18 +67,7 @@ class Sequence:
     def is_finished(self) -> bool:
         return self.status is SequenceStatus.FINISHED
 
-    def append_pending(self) -> int:
-        """Make room for a token sampled on the device; return its index."""
-        self.token_ids.append(PENDING_TOKEN)
-        return len(self.token_ids) - 1
-
-    def resolve_token(self, index: int, token_id: int, now: float) -> None:
-        self.token_ids[index] = token_id
-        self.token_times.append(now)
-
-    def finish(self, reason: str, now: float, last_index: int) -> None:
-        """Finish at token `last_index`, dropping tokens launched after it."""
-        del self.token_ids[last_index + 1:]
-        self.status = SequenceStatus.FINISHED
-        self.finish_reason = reason
-        self.finish_time = now
+    @property
+    def samples_no_more(self) -> bool:
+        """Its last token is sampled (perhaps still in flight): no further step."""
+        return self.num_tokens >= self.max_num_tokens

@@ -6,112 +6,134 @@ import torch
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.detokenizer import StopChecker
 from engine.ops.torch_ops import TorchOps, filter_logits, uniform_noise
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
 
 
-def seq(rid: int, n: int, start: int = 0) -> Sequence:
-    return Sequence(rid, list(range(start, start + n)), SamplingParams(max_tokens=4), rid)
+def seq(rid: int, n: int, start: int = 0, max_tokens: int = 4) -> Sequence:
+    return Sequence(rid, list(range(start, start + n)), SamplingParams(max_tokens=max_tokens), rid,
+                    max_num_tokens=n + max_tokens)
 
 
-def computed(bm: BlockManager, s: Sequence) -> Sequence:
-    """Give the sequence blocks for all its tokens and publish them as computed."""
-    bm.allocate(s, s.num_tokens)
-    s.num_computed_tokens = s.num_tokens
-    bm.register_computed_blocks(s)
-    return s
+def computed(bm: BlockManager, rid: int, token_ids: list[int]) -> list[int]:
+    """Give request `rid` blocks for all its tokens and publish them as computed."""
+    bm.allocate(rid, len(token_ids))
+    bm.publish_full_blocks(rid, token_ids, len(token_ids))
+    return bm.block_table(rid)
+
+
+def scheduler(num_blocks: int, max_num_seqs: int = 4, budget: int = 64) -> Scheduler:
+    return Scheduler(EngineConfig("test", max_num_seqs=max_num_seqs, max_num_batched_tokens=budget),
+                     BlockManager(num_blocks, 4), StopChecker(None))
 
 
 def test_blocks_are_refcounted_and_prefix_shared():
     bm = BlockManager(num_blocks=8, block_size=4)
-    a = computed(bm, seq(0, 10))              # two full blocks published
-    assert len(a.block_table) == 3 and bm.num_free_blocks == 5
-    b = seq(1, 11)                            # same first 10 tokens
-    assert bm.acquire_cached_prefix(b) == 8
-    assert b.block_table == a.block_table[:2]
-    assert [bm.blocks[i].ref_count for i in a.block_table] == [2, 2, 1]
-    bm.release(a)
-    assert bm.num_free_blocks == 6            # shared blocks still held by b
-    bm.release(b)
-    assert bm.num_free_blocks == 8
-    c = seq(2, 9)                             # freed blocks keep their contents until reused
-    assert bm.acquire_cached_prefix(c) == 8
+    a = computed(bm, 0, list(range(10)))      # two full blocks published
+    assert len(a) == 3 and bm.num_free_blocks == 5 and bm.num_published(0) == 2
+    assert bm.acquire_cached_prefix(1, list(range(11))) == 8      # same first 10 tokens
+    assert bm.block_table(1) == a[:2]
+    assert [bm.blocks[i].ref_count for i in a] == [2, 2, 1]
+    bm.release(0)
+    assert bm.num_free_blocks == 6            # shared blocks still held by 1
+    bm.release(1)
+    assert bm.num_free_blocks == 8 and bm.tables == {} and bm.hashes == {}
+    assert bm.acquire_cached_prefix(2, list(range(9))) == 8       # freed blocks keep their contents
     assert bm.stats.hits == 4
 
 
 def test_prefix_hit_always_leaves_a_token_to_compute():
     bm = BlockManager(num_blocks=8, block_size=4)
-    computed(bm, seq(0, 8))
-    b = seq(1, 8)                             # identical 8-token prompt
-    assert bm.acquire_cached_prefix(b) == 4   # last block recomputed for logits
+    computed(bm, 0, list(range(8)))
+    assert bm.acquire_cached_prefix(1, list(range(8))) == 4       # last block recomputed for logits
 
 
 def test_reset_prefix_cache_forgets_every_prefix_but_only_when_idle():
     bm = BlockManager(num_blocks=8, block_size=4)
-    a = computed(bm, seq(0, 10))
-    assert not bm.reset_prefix_cache()        # a sequence holds blocks: its state, not cache
-    b = seq(1, 10)
-    assert bm.acquire_cached_prefix(b) == 8   # nothing was forgotten
-    bm.release(a)
-    bm.release(b)
+    computed(bm, 0, list(range(10)))
+    assert not bm.reset_prefix_cache()        # a request holds blocks: its state, not cache
+    assert bm.acquire_cached_prefix(1, list(range(10))) == 8      # nothing was forgotten
+    bm.release(0)
+    bm.release(1)
     assert bm.reset_prefix_cache()
     assert bm.cached == {} and bm.num_free_blocks == 8
-    assert bm.acquire_cached_prefix(seq(2, 10)) == 0   # the same prompt now computes every block
+    assert bm.acquire_cached_prefix(2, list(range(10))) == 0      # the same prompt now computes every block
 
 
 def test_eviction_reuses_lru_cached_blocks():
     bm = BlockManager(num_blocks=2, block_size=4)
-    bm.release(computed(bm, seq(0, 5)))
-    big = seq(1, 8, start=100)                # needs both blocks: evicts the cached one
-    bm.allocate(big, 8)
+    computed(bm, 0, list(range(5)))
+    bm.release(0)
+    bm.allocate(1, 8)                         # needs both blocks: evicts the cached one
     assert bm.cached == {} and bm.num_free_blocks == 0
-    assert bm.acquire_cached_prefix(seq(2, 5)) == 0
+    bm.release(1)
+    assert bm.acquire_cached_prefix(2, list(range(5))) == 0
 
 
-def test_scheduler_respects_token_budget_and_seq_limit():
-    s = Scheduler(EngineConfig("test", max_num_seqs=2, max_num_batched_tokens=10), BlockManager(64, 4))
+def test_scheduler_respects_token_budget_and_seq_limit_and_emits_diffs():
+    s = scheduler(64, max_num_seqs=2, budget=10)
     for i in range(3):
         s.add(seq(i, 7, start=10 * i))
-    batch = s.schedule()
-    assert [x.request_id for x in batch.seqs] == [0, 1] and batch.num_new_tokens == [7, 3]
-    # Seq 0's prompt is done after this step (it samples); 4 of seq 1's are left.
-    assert [x.num_uncomputed_tokens - n for x, n in zip(batch.seqs, batch.num_new_tokens)] == [0, 4]
-    s.commit(batch)
-    batch.seqs[0].append_pending()                      # sampled; its value not read yet
-    batch = s.schedule()                                  # decode + rest of prefill; seq 2 waits
-    assert [x.request_id for x in batch.seqs] == [0, 1] and batch.num_new_tokens == [1, 4]
-    assert [x.request_id for x in s.waiting] == [2]
+    out = s.schedule()
+    assert out.request_ids == [0, 1] and out.num_scheduled_tokens == [7, 3] and out.num_computed_tokens == [0, 0]
+    assert [r.request_id for r in out.new_requests] == [0, 1] and out.new_requests[1].token_ids == list(range(10, 17))
+    # Seq 0's prompt is done after this step: it samples, a placeholder until read.
+    assert out.samples == [True, False] and [s.requests[i].num_pending for i in (0, 1)] == [1, 0]
+    out = s.schedule()                        # decode + rest of prefill; seq 2 waits
+    assert out.request_ids == [0, 1] and out.num_scheduled_tokens == [1, 4] and out.num_computed_tokens == [7, 3]
+    assert out.new_requests == [] and out.new_block_ids == {1: [3]} and out.samples == [True, True]
+    assert [x.request_id for x in s.waiting] == [2] and s.requests[0].num_pending == 2
+    assert s.update_from_output([0], [42], now=1.0) == []
+    assert s.requests[0].token_ids[-1] == 42 and s.requests[0].num_pending == 1
 
 
 def test_scheduler_preempts_latest_when_blocks_run_out():
-    s = Scheduler(EngineConfig("test", max_num_seqs=4, max_num_batched_tokens=64), BlockManager(4, 4))
+    s = scheduler(4)
     a, b = seq(0, 8), seq(1, 8, start=50)
     s.add(a)
     s.add(b)
-    batch = s.schedule()
-    assert batch.seqs == [a, b]
-    s.commit(batch)
-    a.append_pending()                        # a needs a third block: none free
-    batch = s.schedule()
-    assert batch.seqs == [a] and s.stats.preemptions == 1
-    assert list(s.waiting) == [b] and b.num_computed_tokens == 0 and b.block_table == []
+    assert s.schedule().request_ids == [0, 1]
+    s.update_from_output([0, 1], [5, 6], now=0.0)       # both sampled one token: a needs a third block
+    out = s.schedule()
+    assert out.request_ids == [0] and out.preempted_request_ids == [1] and s.stats.preemptions == 1
+    assert list(s.waiting) == [b] and b.num_computed_tokens == 0 and s.block_manager.block_table(1) == []
+    out = s.schedule()                        # no room for b yet: it waits, nothing more is preempted
+    assert out.request_ids == [0] and out.preempted_request_ids == [] and out.new_requests == []
 
 
-def test_scheduler_skips_sequences_out_of_budget_and_drops_finished_waiting_ones():
-    s = Scheduler(EngineConfig("test", max_num_seqs=4, max_num_batched_tokens=64), BlockManager(4, 4))
-    a, b = seq(0, 8), seq(1, 8, start=50)
+def test_scheduler_finishes_on_stop_tokens_and_length_and_reports_it_once():
+    s = scheduler(16)
+    a, b = seq(0, 3, max_tokens=2), seq(1, 3, max_tokens=5)
+    b.sampling.stop_token_ids = [99]
     s.add(a)
     s.add(b)
-    s.commit(s.schedule())
-    a.append_pending()                        # a needs a third block: none free
-    b.append_pending()
-    b.out_of_budget = True                    # its last token is in flight: no further step
-    batch = s.schedule()
-    assert batch.seqs == [a] and s.stats.preemptions == 1 and list(s.waiting) == [b]
-    s.finish(b)                               # reading its in-flight token finishes it
-    assert not s.waiting and s.running == [a]
+    s.schedule()
+    assert s.update_from_output([0, 1], [5, 99], now=2.0) == [b]
+    assert b.finish_reason == "stop" and b.output_token_ids == [99] and b.finish_time == 2.0
+    out = s.schedule()
+    assert out.finished_request_ids == [1] and out.request_ids == [0]
+    assert a.samples_no_more                  # its second and last token is in flight: no further step
+    out = s.schedule()
+    assert out.request_ids == [] and out.finished_request_ids == []
+    assert s.update_from_output([1], [7], now=3.0) == []           # b's later token was speculative
+    assert s.update_from_output([0], [6], now=3.0) == [a]
+    assert a.finish_reason == "length" and a.output_token_ids == [5, 6] and not s.has_unfinished()
+    assert s.schedule().finished_request_ids == [0] and s.block_manager.num_free_blocks == 16
+
+
+def test_a_preempted_sequence_finished_by_its_in_flight_token_leaves_the_queue():
+    s = scheduler(4)
+    a, b = seq(0, 8), seq(1, 8, start=50, max_tokens=1)
+    s.add(a)
+    s.add(b)
+    s.schedule()                              # both prompts; both sample
+    # a's pending token needs a third block; b's only token is still in flight.
+    assert s.schedule().preempted_request_ids == [1] and b.num_pending == 1
+    assert s.update_from_output([0, 1], [5, 6], now=0.0) == [b]
+    assert b.finish_reason == "length" and b.output_token_ids == [6] and not s.waiting and s.running == [a]
 
 
 @pytest.mark.parametrize("kwargs, field", [

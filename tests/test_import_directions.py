@@ -87,3 +87,11 @@ def test_the_settings_check_sees_a_read(tmp_path):
     module = tmp_path / "m.py"
     module.write_text('"""ROADGATE_DATA_DIR is mentioned."""\nimport os\nos.environ.get("ROADGATE_DATA_DIR")\n')
     assert roadgate_variables_named(module) == {"ROADGATE_DATA_DIR"}
+
+
+def test_only_the_scheduler_side_sees_request_state():
+    """The scheduler owns request state: the model runner's side (the runner, its persistent
+    batch, the graphs) gets a step as a SchedulerOutput and never a Sequence."""
+    runner_side = ("model_runner.py", "input_batch.py", "cuda_graphs.py")
+    seen = {name: "engine.sequence" in imported_modules(REPO / "engine" / name) for name in runner_side}
+    assert seen == dict.fromkeys(runner_side, False)

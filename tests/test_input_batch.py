@@ -1,116 +1,133 @@
-"""The persistent batch without a model: rows follow the scheduler through admission,
-decode, block growth, preemption and finishing, and the step inputs built from it
-equal those of the per-sequence builder it replaced."""
+"""The persistent batch without a model: rows follow the scheduler's diffs through
+admission, decode, block growth, preemption and finishing; they hold what the
+scheduler's requests hold; and the step inputs built from them equal those of a
+per-sequence builder over the scheduler's own state."""
 from __future__ import annotations
-
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.detokenizer import StopChecker
 from engine.input_batch import InputBatch
-from engine.model_runner import ModelRunner, StepInputs
+from engine.model_runner import ModelRunner, StepInputs, StepLayout
 from engine.sampling_params import SamplingParams
-from engine.scheduler import ScheduledBatch, Scheduler
-from engine.sequence import PENDING_TOKEN, Sequence
+from engine.scheduler import NewRequest, Scheduler, SchedulerOutput
+from engine.sequence import Sequence
 
 BLOCK = 4
 
 
 def seq(rid: int, n: int, max_tokens: int = 8, **sampling) -> Sequence:
     return Sequence(rid, list(range(100 * rid, 100 * rid + n)), SamplingParams(max_tokens=max_tokens, **sampling),
-                    seed=1000 + rid)
+                    seed=1000 + rid, max_num_tokens=n + max_tokens)
 
 
-def assert_consistent(rows: InputBatch) -> None:
-    """Every row mirrors its sequence; rows and table entries past the ends are zero."""
-    n = rows.num_rows
-    assert rows.row_of == {rows.seqs[r].request_id: r for r in range(n)}
+def new_request(rid: int, n: int, block_ids: list[int], temperature: float = 0.0) -> NewRequest:
+    return NewRequest(rid, list(range(n)), n, SamplingParams(temperature=temperature), 1000 + rid, block_ids)
+
+
+def assert_mirrors(batch: InputBatch, scheduler: Scheduler) -> None:
+    """The batch holds a row for each running request, with its blocks, known tokens and
+    sampling; rows and table entries past the ends are zero."""
+    n = batch.num_rows
+    bm = scheduler.block_manager
+    assert sorted(batch.request_ids[:n]) == sorted(s.request_id for s in scheduler.running)
+    assert batch.row_of == {batch.request_ids[r]: r for r in range(n)}
     for r in range(n):
-        s = rows.seqs[r]
-        k = len(s.block_table)
-        assert rows.num_blocks[r] == k
-        assert rows.block_table[r, :k].tolist() == s.block_table and not rows.block_table[r, k:].any()
-        assert rows.num_tokens[r] == s.num_tokens and rows.num_prompt[r] == s.num_prompt_tokens
-        assert rows.seeds[r] == s.seed and rows.temperature[r] == s.sampling.temperature
-    assert rows.seqs[n:] == [None] * (len(rows.seqs) - n)
-    assert not rows.block_table[n:].any() and not rows.num_blocks[n:].any()
-    assert (rows.pending_source[n:] == -1).all()
+        s = scheduler.requests[batch.request_ids[r]]
+        table = bm.block_table(s.request_id)
+        assert batch.num_blocks[r] == len(table)
+        assert batch.block_table[r, :len(table)].tolist() == table and not batch.block_table[r, len(table):].any()
+        assert batch.token_ids[r, :len(s.token_ids)].tolist() == s.token_ids
+        assert batch.num_prompt[r] == s.num_prompt_tokens
+        assert batch.seeds[r] == s.seed and batch.temperature[r] == s.sampling.temperature
+    assert batch.request_ids[n:] == [None] * (len(batch.request_ids) - n)
+    assert not batch.block_table[n:].any() and not batch.num_blocks[n:].any()
+    assert (batch.pending_source[n:] == -1).all()
 
 
 class Loop:
-    """The engine's step loop with the model left out: tokens are read one step late.
-    `check(rows, sampled, previous)` sees each step's rows before it is launched."""
+    """The engine's step loop with the model left out: each sampled token is the step's
+    number, read one step late. `check(batch, step, out, previous)` sees each step's
+    layout before it is launched."""
 
     def __init__(self, num_blocks: int, max_num_seqs: int = 8, token_budget: int = 64, check=None):
-        self.scheduler = Scheduler(EngineConfig("test", max_num_seqs=max_num_seqs, max_num_batched_tokens=token_budget),
-                                   BlockManager(num_blocks, BLOCK))
-        self.rows = InputBatch(max_num_seqs, max_model_len=256, block_size=BLOCK)
+        config = EngineConfig("test", max_num_seqs=max_num_seqs, max_num_batched_tokens=token_budget)
+        self.scheduler = Scheduler(config, BlockManager(num_blocks, BLOCK), StopChecker(None))
+        self.batch = InputBatch(max_num_seqs, max_model_len=256, block_size=BLOCK)
         self.check = check
-        self.in_flight = None                      # (sequences, token indices) of the last step
+        self.in_flight = None        # (request ids, rows, layout version, positions) of the last step
         self.next_token = 7
 
     def run(self) -> None:
         while self.scheduler.has_unfinished() or self.in_flight:
             self.step()
 
-    def step(self) -> ScheduledBatch:
-        batch = self.scheduler.schedule()
-        rows = self.rows
-        rows.update(batch)
-        assert sorted(map(id, rows.seqs[:rows.num_rows])) == sorted(map(id, batch.seqs))
-        assert_consistent(rows)
-        n = rows.num_rows
-        sampled = np.flatnonzero(rows.num_computed[:n] + rows.num_scheduled[:n] == rows.num_tokens[:n])
-        if self.check and n:
-            self.check(rows, sampled, self.in_flight)
-        seqs, indices = rows.advance(sampled)
+    def step(self) -> SchedulerOutput:
+        out = self.scheduler.schedule()
+        batch = self.batch
+        step = StepLayout.of(batch.apply(out), out)
+        assert [batch.request_ids[r] for r in step.rows] == out.request_ids
+        assert_mirrors(batch, self.scheduler)
+        if self.check and len(step.rows):
+            self.check(batch, step, out, self.in_flight)
+        sampled_rows = step.rows[step.sampled]
+        batch.mark_sampled(sampled_rows)
+        launched = None
+        if len(sampled_rows):
+            launched = ([out.request_ids[i] for i in step.sampled], sampled_rows, batch.num_removals,
+                        (step.start + step.query_lens)[step.sampled])
         if self.in_flight:
-            for s, index in zip(*self.in_flight):
-                if not s.is_finished:
-                    s.resolve_token(index, self.next_token, 0.0)
-                    if index + 1 - s.num_prompt_tokens >= s.sampling.max_tokens:
-                        s.finish("length", 0.0, index)
-                        self.scheduler.finish(s)
+            ids = self.in_flight[0]
+            tokens = [self.next_token] * len(ids)
+            batch.record_tokens(*self.in_flight, tokens)
+            self.scheduler.update_from_output(ids, tokens, 0.0)
             self.next_token += 1
-        self.scheduler.commit(batch)
-        self.in_flight = (seqs, indices) if seqs else None
-        return batch
+        self.in_flight = launched
+        return out
 
 
 def test_rows_are_added_removed_and_condensed_in_place():
-    rows = InputBatch(4, max_model_len=64, block_size=BLOCK)
-    bm = BlockManager(32, BLOCK)
-    a, b, c = seq(0, 5), seq(1, 9), seq(2, 3, temperature=0.5)
-    for s in (a, b, c):
-        bm.allocate(s, s.num_tokens)
-    rows.update(ScheduledBatch([a, b, c], [5, 9, 3]))
-    assert rows.seqs[:3] == [a, b, c] and rows.num_rows == 3
-    assert_consistent(rows)
-    rows.pending_source[:3] = [10, 11, 12]       # as if each row had a token on the device
-    rows.update(ScheduledBatch([a, c], [1, 1]))  # b finished: c moves into its row
-    assert rows.seqs[:2] == [a, c] and rows.row_of == {0: 0, 2: 1}
-    assert rows.pending_source[:3].tolist() == [10, 12, -1]
-    assert rows.temperature[1] == 0.5 and rows.num_scheduled[:2].tolist() == [1, 1]
-    assert_consistent(rows)
-    d = seq(3, 2)
-    bm.allocate(d, 2)
-    rows.update(ScheduledBatch([d, c], [2, 1]))  # a left, d arrives: c fills row 0, d takes row 1
-    assert rows.seqs[:2] == [c, d] and rows.num_scheduled[:2].tolist() == [1, 2]
-    assert_consistent(rows)
-    rows.update(ScheduledBatch([], []))
-    assert rows.num_rows == 0 and rows.row_of == {}
-    assert_consistent(rows)
+    batch = InputBatch(4, max_model_len=64, block_size=BLOCK)
+    rows = batch.apply(SchedulerOutput(new_requests=[new_request(0, 5, [1, 2]), new_request(1, 9, [3, 4, 5]),
+                                                     new_request(2, 3, [6], temperature=0.5)],
+                                       request_ids=[0, 1, 2]))
+    assert rows.tolist() == [0, 1, 2] and batch.request_ids[:3] == [0, 1, 2]
+    batch.mark_sampled(np.array([0, 1, 2]))       # each row has a token on the device
+    assert batch.pending_source[:3].tolist() == [0, 1, 2]
+    # 1 finished: 2 moves into its row, with its token's place on the device.
+    rows = batch.apply(SchedulerOutput(request_ids=[2, 0], finished_request_ids=[1], new_block_ids={0: [7]}))
+    assert rows.tolist() == [1, 0] and batch.row_of == {0: 0, 2: 1}
+    assert batch.pending_source[:3].tolist() == [0, 2, -1]
+    assert batch.temperature[1] == 0.5 and batch.block_table[1, :2].tolist() == [6, 0]
+    assert batch.block_table[0, :3].tolist() == [1, 2, 7] and batch.num_blocks[:2].tolist() == [3, 1]
+    # 0 preempted, 3 arrives: 2 fills row 0, 3 takes row 1.
+    rows = batch.apply(SchedulerOutput(new_requests=[new_request(3, 2, [8])], request_ids=[3, 2],
+                                       preempted_request_ids=[0]))
+    assert rows.tolist() == [1, 0] and batch.request_ids[:2] == [2, 3] and batch.num_removals == 2
+    assert batch.token_ids[1, :2].tolist() == [0, 1] and batch.block_table[1, :2].tolist() == [8, 0]
+    batch.apply(SchedulerOutput(finished_request_ids=[2, 3]))
+    assert batch.num_rows == 0 and batch.row_of == {} and not batch.block_table.any()
+
+
+def test_tokens_read_back_land_in_their_rows_even_after_the_rows_moved():
+    batch = InputBatch(3, max_model_len=16, block_size=BLOCK)
+    batch.apply(SchedulerOutput(new_requests=[new_request(i, 4, [i]) for i in range(3)], request_ids=[0, 1, 2]))
+    version = batch.num_removals
+    positions = np.array([4, 4, 4])
+    batch.apply(SchedulerOutput(finished_request_ids=[0]))          # 2 moves into row 0
+    batch.record_tokens([0, 1, 2], np.array([0, 1, 2]), version, positions, [50, 51, 52])
+    assert batch.token_ids[:3, 4].tolist() == [52, 51, 0]     # 0's token went nowhere
 
 
 def test_block_table_row_grows_in_place_at_block_boundaries():
     tables = []
 
-    def record(rows, sampled, previous):
-        assert rows.row_of == {0: 0}
-        tables.append(rows.block_table[0, :rows.num_blocks[0]].tolist())
+    def record(batch, step, out, previous):
+        assert batch.row_of == {0: 0}
+        tables.append(batch.block_table[0, :batch.num_blocks[0]].tolist())
     loop = Loop(num_blocks=16, check=record)
     loop.scheduler.add(seq(0, 6, max_tokens=12))
     loop.run()
@@ -123,12 +140,13 @@ def test_block_table_row_grows_in_place_at_block_boundaries():
 def test_preempted_sequences_leave_and_come_back_with_fresh_rows():
     readmitted = set()
 
-    def watch(rows, sampled, previous):
-        for r in range(rows.num_rows):
-            s = rows.seqs[r]
-            assert s.status.value == "running"
-            if s.num_preemptions and rows.num_computed[r] == 0:
-                assert rows.pending_source[r] == -1 and rows.num_scheduled[r] > 1
+    def watch(batch, step, out, previous):
+        for new in out.new_requests:
+            s = loop.scheduler.requests[new.request_id]
+            if s.num_preemptions:
+                # Recomputed from all its tokens, the outputs read so far included.
+                assert new.token_ids == s.token_ids and len(s.token_ids) > s.num_prompt_tokens
+                assert batch.pending_source[batch.row_of[s.request_id]] == -1
                 readmitted.add(s.request_id)
     loop = Loop(num_blocks=7, max_num_seqs=4, check=watch)
     seqs = [seq(i, 7, max_tokens=10) for i in range(3)]
@@ -136,37 +154,38 @@ def test_preempted_sequences_leave_and_come_back_with_fresh_rows():
         loop.scheduler.add(s)
     loop.run()
     assert loop.scheduler.stats.preemptions > 0 and readmitted
-    assert loop.rows.num_rows == 0
-    assert all(s.num_output_tokens == 10 and PENDING_TOKEN not in s.token_ids for s in seqs)
+    loop.step()                               # the last one's finish reaches the runner in the next diff
+    assert loop.batch.num_rows == 0
+    assert all(s.num_output_tokens == 10 and s.num_pending == 0 and s.finish_reason == "length" for s in seqs)
 
 
-# The per-sequence builder that the persistent batch replaced, kept as the oracle.
-def reference_inputs(batch: ScheduledBatch, sampling_seqs, previous, block_size, pad_to=None) -> StepInputs:
-    bs = block_size
-    rows = pad_to or len(batch.seqs)
-    pad = rows - len(batch.seqs)
+# A per-sequence builder over the scheduler's requests, kept as the oracle of the vectorized one.
+def reference_inputs(out: SchedulerOutput, requests, previous_ids, block_manager, pad_to=None) -> StepInputs:
+    bs = block_manager.block_size
+    rows = pad_to or len(out.request_ids)
+    pad = rows - len(out.request_ids)
     token_ids, positions, slots = [], [], []
     seq_lens, query_lens = [1] * rows, [1] * rows
-    width = max(len(s.block_table) for s in batch.seqs)
-    block_tables = np.zeros((rows, width), np.int32)
-    pending_rows = {id(s): r for r, s in enumerate(previous.seqs)} if previous else {}
+    tables = [block_manager.block_table(rid) for rid in out.request_ids]
+    block_tables = np.zeros((rows, max(map(len, tables))), np.int32)
+    pending_rows = {rid: r for r, rid in enumerate(previous_ids or [])}
     source_rows = {}
-    sampling = {id(s) for s in sampling_seqs}
     sample_rows = []
-    for i, (s, n) in enumerate(zip(batch.seqs, batch.num_new_tokens)):
-        start = s.num_computed_tokens
-        table = np.asarray(s.block_table, np.int64)
+    for i, (rid, n, table) in enumerate(zip(out.request_ids, out.num_scheduled_tokens, tables)):
+        s = requests[rid]
+        start = s.num_computed_tokens - n          # the scheduler has counted the step already
         chunk = s.token_ids[start:start + n]
-        if chunk[-1] == PENDING_TOKEN:
-            source_rows[len(token_ids) + n - 1] = pending_rows[id(s)]
+        if len(chunk) < n:                         # the newest token is still on the device
+            source_rows[len(token_ids) + n - 1] = pending_rows[rid]
+            chunk.append(0)
         token_ids.extend(chunk)
         pos = np.arange(start, start + n)
         positions.extend(pos.tolist())
-        slots.extend((table[pos // bs] * bs + pos % bs).tolist())
+        slots.extend((np.asarray(table)[pos // bs] * bs + pos % bs).tolist())
         block_tables[i, :len(table)] = table
         query_lens[i] = n
         seq_lens[i] = start + n
-        if id(s) in sampling:
+        if out.samples[i]:
             sample_rows.append(len(token_ids) - 1)
     token_ids += [0] * pad
     positions += [0] * pad
@@ -184,11 +203,12 @@ def reference_inputs(batch: ScheduledBatch, sampling_seqs, previous, block_size,
 def reference_sampling(seqs, pad_to=None) -> dict[str, np.ndarray]:
     pad = (pad_to or len(seqs)) - len(seqs)
     params = [s.sampling for s in seqs]
+    # Each sampled token's index among its outputs: the count of outputs before it.
     return {"temperature": np.asarray([p.temperature for p in params] + [0.0] * pad, np.float32),
             "top_k": np.asarray([p.top_k for p in params] + [0] * pad, np.int32),
             "top_p": np.asarray([p.top_p for p in params] + [1.0] * pad, np.float32),
             "seeds": np.asarray([s.seed for s in seqs] + [0] * pad, np.int64),
-            "counters": np.asarray([s.num_output_tokens for s in seqs] + [0] * pad, np.int64)}
+            "counters": np.asarray([s.num_tokens - 1 - s.num_prompt_tokens for s in seqs] + [0] * pad, np.int64)}
 
 
 def assert_same(ours: StepInputs | dict, expected: StepInputs | dict) -> None:
@@ -203,19 +223,17 @@ def assert_same(ours: StepInputs | dict, expected: StepInputs | dict) -> None:
 def test_inputs_equal_the_per_sequence_builder_on_mixed_steps(pad_to):
     kinds = set()
 
-    def compare(rows, sampled, previous):
-        n = rows.num_rows
-        in_rows = ScheduledBatch(rows.seqs[:n], rows.num_scheduled[:n].tolist())
-        sampling_seqs = [rows.seqs[r] for r in sampled]
-        assert sampling_seqs == [s for s, k in zip(in_rows.seqs, in_rows.num_new_tokens)
-                                 if s.num_computed_tokens + k == s.num_tokens]
-        decode_only = all(k == 1 for k in in_rows.num_new_tokens) and len(sampled) == n
-        kinds.add("decode" if decode_only else "mixed" if 1 in in_rows.num_new_tokens else "prefill")
+    def compare(batch, step, out, previous):
+        requests = loop.scheduler.requests
+        sampling_seqs = [requests[rid] for rid, samples in zip(out.request_ids, out.samples) if samples]
+        # A request samples when the step reaches its last token (then pending).
+        assert all(s.num_computed_tokens + 1 == s.num_tokens and s.num_pending for s in sampling_seqs)
+        decode_only = all(k == 1 for k in out.num_scheduled_tokens) and all(out.samples)
+        kinds.add("decode" if decode_only else "mixed" if 1 in out.num_scheduled_tokens else "prefill")
         pad = pad_to if decode_only else None
-        previous = previous and SimpleNamespace(seqs=previous[0])
-        assert_same(ModelRunner._step_inputs(rows, sampled, pad),
-                    reference_inputs(in_rows, sampling_seqs, previous, BLOCK, pad))
-        assert_same(ModelRunner._sampling_arrays(rows, sampled, pad), reference_sampling(sampling_seqs, pad))
+        assert_same(ModelRunner._step_inputs(batch, step, pad),
+                    reference_inputs(out, requests, previous and previous[0], loop.scheduler.block_manager, pad))
+        assert_same(ModelRunner._sampling_arrays(batch, step, pad), reference_sampling(sampling_seqs, pad))
 
     # A small token budget chunks the prompts, so decodes run next to prefill chunks.
     loop = Loop(num_blocks=64, token_budget=16, check=compare)

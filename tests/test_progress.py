@@ -26,7 +26,7 @@ def line(width: int, done: float = 3.0, total: int = 8, elapsed: float = 6.0) ->
 
 
 def test_eta_counts_unfinished_requests_by_their_share_of_the_token_budget():
-    seq = Sequence(0, [1, 2, 3], SamplingParams(max_tokens=10), seed=0)
+    seq = Sequence(0, [1, 2, 3], SamplingParams(max_tokens=10), seed=0, max_num_tokens=13)
     seq.token_ids += [7] * 4
     terminal = io.StringIO()
     ProgressLine(total=2, stream=terminal).update(finished=1, finished_tokens=10, in_flight=[seq], force=True)
