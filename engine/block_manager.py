@@ -97,10 +97,6 @@ class BlockManager:
         self.stats.hit_tokens += hit
         return hit
 
-    def num_published(self, request_id: int) -> int:
-        """Full blocks of the request already in the prefix cache."""
-        return len(self.hashes.get(request_id, ()))
-
     def publish_full_blocks(self, request_id: int, token_ids: list[int], num_computed: int) -> None:
         """Publish the request's full blocks among its first `num_computed` tokens, whose
         values are `token_ids` (all of them known: a block is hashed by its contents)."""

@@ -85,17 +85,20 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         scheduled: list[tuple[Sequence, int]] = []
         bm = self.block_manager
+        tables, block_size = bm.tables, bm.block_size
         # Preemption pops from the tail of `running`, which this loop has not reached yet.
         for seq in self.running:
             if budget == 0:
                 break
-            if seq.samples_no_more:      # its last token is in flight; nothing to compute
+            num_tokens = len(seq.token_ids) + seq.num_pending
+            if num_tokens >= seq.max_num_tokens:     # its last token is in flight; nothing to compute
                 continue
-            n = min(seq.num_uncomputed_tokens, budget)
-            rid, need = seq.request_id, seq.num_computed_tokens + n
+            rid = seq.request_id
+            n = min(num_tokens - seq.num_computed_tokens, budget)
+            need = seq.num_computed_tokens + n
             # Most decodes fit in the blocks the sequence has: only a step that crosses
             # into a new block needs the block manager.
-            if need > len(bm.block_table(rid)) * bm.block_size:
+            if need > len(tables[rid]) * block_size:
                 while not bm.can_allocate(rid, need) and self.running[-1] is not seq:
                     self._preempt(self.running.pop(), out)
                 if not bm.can_allocate(rid, need):
@@ -111,7 +114,7 @@ class Scheduler:
                and len(self.running) < self.max_num_seqs and not self.waiting[0].num_pending):
             seq = self.waiting[0]
             rid = seq.request_id
-            if rid not in bm.tables:
+            if rid not in tables:
                 seq.num_computed_tokens = bm.acquire_cached_prefix(rid, seq.token_ids)
             n = min(seq.num_uncomputed_tokens, budget)
             if not bm.can_allocate(rid, seq.num_computed_tokens + n):
@@ -123,31 +126,36 @@ class Scheduler:
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             out.new_requests.append(NewRequest(rid, list(seq.token_ids), seq.num_prompt_tokens, seq.sampling,
-                                               seq.seed, list(bm.block_table(rid))))
+                                               seq.seed, list(tables[rid])))
             scheduled.append((seq, n))
             budget -= n
 
-        for seq, n in scheduled:
-            self._count_scheduled(seq, n, out)
+        self._count_scheduled(scheduled, out)
         self.stats.steps += 1
         return out
 
-    def _count_scheduled(self, seq: Sequence, n: int, out: SchedulerOutput) -> None:
+    def _count_scheduled(self, scheduled: list[tuple[Sequence, int]], out: SchedulerOutput) -> None:
         """The step's tokens are as good as computed (later steps run after it, in stream
-        order); one that reaches the end of the sequence samples a token, pending until read."""
-        out.request_ids.append(seq.request_id)
-        out.num_scheduled_tokens.append(n)
-        out.num_computed_tokens.append(seq.num_computed_tokens)
-        seq.num_computed_tokens += n
-        samples = seq.num_computed_tokens == seq.num_tokens
-        out.samples.append(samples)
-        seq.num_pending += samples
-        # Only blocks whose tokens are all known can be hashed: a block that ends in the
-        # token being computed now is published at the sequence's next step.
+        order); one that reaches the end of its sequence samples a token, pending until read.
+        (One loop over plain attributes: it runs for every sequence at every step.)"""
+        ids, counts, starts, samples = out.request_ids, out.num_scheduled_tokens, out.num_computed_tokens, out.samples
         bm = self.block_manager
-        known = min(seq.num_computed_tokens, len(seq.token_ids))
-        if bm.enable_prefix_caching and known // bm.block_size > bm.num_published(seq.request_id):
-            bm.publish_full_blocks(seq.request_id, seq.token_ids, known)
+        published, block_size = bm.hashes, bm.block_size
+        for seq, n in scheduled:
+            start = seq.num_computed_tokens
+            ids.append(seq.request_id)
+            counts.append(n)
+            starts.append(start)
+            seq.num_computed_tokens = computed = start + n
+            known = len(seq.token_ids)
+            sample = computed == known + seq.num_pending
+            samples.append(sample)
+            if sample:
+                seq.num_pending += 1
+            # Only blocks whose tokens are all known can be hashed: a block that ends in the
+            # token being computed now is published at the sequence's next step.
+            if bm.enable_prefix_caching and min(computed, known) // block_size > len(published[seq.request_id]):
+                bm.publish_full_blocks(seq.request_id, seq.token_ids, min(computed, known))
 
     def update_from_output(self, request_ids: list[int], token_ids: list[int], now: float) -> list[Sequence]:
         """Take in a step's sampled tokens (one per request, in its order); returns the
