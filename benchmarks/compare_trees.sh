@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Before/after on one GPU host: the same benchmarks on two copies of the code, interleaved
-# (before, after, for each benchmark in turn), so drift of the host falls on both alike.
+# Before/after on one GPU host: the same benchmarks on two copies of the code, interleaved,
+# the order flipping at each benchmark (before-after, after-before, ...): the host's speed
+# drifts by more than the changes measured (18% over one lease, 2026-12-01), and a
+# steady drift then falls on both sides alike over an even number of benchmarks.
 # Each side records into its own results store ($OUT/<side>/data) and names its code by
-# content hash; logs go to $OUT/<side>/<bench>.log, and a table of last lines is printed.
+# content hash; logs go to $OUT/<side>/<n>-<bench>.log, and a table of figures is printed.
 #
 #   benchmarks/compare_trees.sh BEFORE_TREE AFTER_TREE [BENCH...]
 #
@@ -20,8 +22,8 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 MODEL=${MODEL:-/tmp/model/smollm2.gguf}
 summary=()
 
-run() {  # run SIDE TREE BENCH
-  local side=$1 tree=$2 bench=$3 log="$OUT/$1/$3.log" rc
+run() {  # run SIDE TREE BENCH N
+  local side=$1 tree=$2 bench=$3 log="$OUT/$1/$4-$3.log" rc
   mkdir -p "$OUT/$side"
   (
     cd "$tree" || exit 2
@@ -39,8 +41,13 @@ run() {  # run SIDE TREE BENCH
   summary+=("$(printf '%-6s %-18s rc=%-3s %s' "$side" "$bench" "$rc" "${figure:-$(tail -n 1 "$log")}")")
 }
 
+n=0
 for bench in "${benches[@]}"; do
-  run before "$before" "$bench"
-  run after "$after" "$bench"
+  n=$((n + 1))
+  if [ $((n % 2)) = 1 ]; then
+    run before "$before" "$bench" $n; run after "$after" "$bench" $n
+  else
+    run after "$after" "$bench" $n; run before "$before" "$bench" $n
+  fi
 done
 printf '%s\n' "${summary[@]}"

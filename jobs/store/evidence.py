@@ -30,12 +30,13 @@ CITED_RUNS = text("SELECT run_id FROM v_roadmap_board WHERE run_id IS NOT NULL "
 NEWEST_EVALUATIONS = text("SELECT MAX(id) FROM gate_evaluations GROUP BY roadmap_row_id")
 
 
-def export_evidence(store: Store, out_dir: str | Path) -> dict[str, int]:
-    """Appends to `out_dir` what the docs cite and it does not hold yet; returns how many records, per table."""
+def export_evidence(store: Store, out_dir: str | Path, run_ids: list[str] | None = None) -> dict[str, int]:
+    """Appends to `out_dir` what the docs cite (or, given `run_ids`, those runs: the evidence of a
+    performance-log entry) and it does not hold yet; returns how many records, per table."""
     out = Path(out_dir)
     (out / REQUESTS).mkdir(parents=True, exist_ok=True)
     with store.engine.connect() as conn:
-        runs = sorted(conn.execute(CITED_RUNS).scalars())
+        runs = sorted(conn.execute(CITED_RUNS).scalars() if run_ids is None else run_ids)
         evaluations = list(conn.execute(NEWEST_EVALUATIONS).scalars())
         rows = {
             "roadmap_rows": _select(conn, "roadmap_rows"),

@@ -53,6 +53,22 @@ def test_exported_evidence_alone_checks_the_docs_and_is_only_ever_appended(store
     assert check_docs(again, docs) == []
 
 
+def test_named_runs_are_exported_with_their_metrics_and_requests_cited_or_not(store, tmp_path):
+    first, second = (record_run(store, nightly(n, workload="chat-16x64", hardware_class="cpu-x"),
+                                [MetricRecord("ours", "output_tok_s", 60.0 + n, count=16)],
+                                pa.table({"request_index": [n]})) for n in (0, 1))
+    evidence = tmp_path / "evidence"
+    added = export_evidence(store, evidence, run_ids=[first])      # an older run of its series: not cited
+    assert added["runs"] == 1 and added["metrics"] == 1
+    elsewhere = fresh_store(tmp_path, "clone")
+    import_evidence(evidence, elsewhere)
+    with elsewhere.engine.connect() as conn:
+        ids = conn.execute(text("SELECT id FROM runs")).scalars().all()
+        uri = conn.execute(text("SELECT parquet_uri FROM runs WHERE id = :id"), {"id": first}).scalar()
+    assert ids == [first] and second != first
+    assert pq.read_table(uri).column("request_index").to_pylist() == [0]
+
+
 def test_the_published_docs_agree_with_the_evidence_shipped_with_them(capsys):
     """What CI checks on every clone: docs/STATUS.md and docs/BENCHMARKS.md against docs/evidence."""
     assert main(["docs", "--check", "--out", str(REPO / "docs"), "--evidence", str(REPO / "docs" / "evidence")]) == 0
