@@ -115,11 +115,11 @@ class Scheduler:
             seq = self.waiting[0]
             rid = seq.request_id
             if rid not in tables:
-                seq.num_computed_tokens = bm.acquire_cached_prefix(rid, seq.token_ids)
+                seq.num_computed_tokens = seq.num_published_tokens = bm.acquire_cached_prefix(rid, seq.token_ids)
             n = min(seq.num_uncomputed_tokens, budget)
             if not bm.can_allocate(rid, seq.num_computed_tokens + n):
                 bm.release(rid)
-                seq.num_computed_tokens = 0
+                seq.num_computed_tokens = seq.num_published_tokens = 0
                 break
             self.waiting.popleft()
             bm.allocate(rid, seq.num_computed_tokens + n)
@@ -140,7 +140,7 @@ class Scheduler:
         (One loop over plain attributes: it runs for every sequence at every step.)"""
         ids, counts, starts, samples = out.request_ids, out.num_scheduled_tokens, out.num_computed_tokens, out.samples
         bm = self.block_manager
-        published, block_size = bm.hashes, bm.block_size
+        caching, block_size = bm.enable_prefix_caching, bm.block_size
         for seq, n in scheduled:
             start = seq.num_computed_tokens
             ids.append(seq.request_id)
@@ -154,8 +154,10 @@ class Scheduler:
                 seq.num_pending += 1
             # Only blocks whose tokens are all known can be hashed: a block that ends in the
             # token being computed now is published at the sequence's next step.
-            if bm.enable_prefix_caching and min(computed, known) // block_size > len(published[seq.request_id]):
-                bm.publish_full_blocks(seq.request_id, seq.token_ids, min(computed, known))
+            ready = computed if computed < known else known
+            if ready >= seq.num_published_tokens + block_size and caching:
+                bm.publish_full_blocks(seq.request_id, seq.token_ids, ready)
+                seq.num_published_tokens = ready - ready % block_size
 
     def update_from_output(self, request_ids: list[int], token_ids: list[int], now: float) -> list[Sequence]:
         """Take in a step's sampled tokens (one per request, in its order); returns the
@@ -195,7 +197,7 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
         self.block_manager.release(seq.request_id)
-        seq.num_computed_tokens = 0
+        seq.num_computed_tokens = seq.num_published_tokens = 0
         seq.status = SequenceStatus.WAITING
         seq.num_preemptions += 1
         self.waiting.appendleft(seq)

@@ -37,6 +37,9 @@ class Sequence:
         # Tokens whose K/V are in the cache, or queued to be: the scheduler counts a step's
         # tokens when it schedules them. Back to 0 (or the prefix-cache hit) on preemption.
         self.num_computed_tokens = 0
+        # Tokens of its leading full blocks that are in the prefix cache (the block manager
+        # holds their hashes); the next block is published once it is computed and known.
+        self.num_published_tokens = 0
         self.finish_reason: str | None = None
         self.token_times: list[float] = []
         self.finish_time: float | None = None

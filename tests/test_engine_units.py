@@ -124,6 +124,23 @@ def test_scheduler_finishes_on_stop_tokens_and_length_and_reports_it_once():
     assert s.schedule().finished_request_ids == [0] and s.block_manager.num_free_blocks == 16
 
 
+def test_full_blocks_are_published_once_computed_and_known():
+    s = scheduler(16)
+    a = seq(0, 7)
+    s.add(a)
+    s.schedule()                              # 7 prompt tokens: one full block
+    assert len(s.block_manager.hashes[0]) == 1 and a.num_published_tokens == 4
+    s.schedule()                              # the 8th token fills block 2, but its value is in flight
+    assert len(s.block_manager.hashes[0]) == 1
+    s.update_from_output([0], [50], now=0.0)
+    s.schedule()                              # now known: block 2 is published
+    assert len(s.block_manager.hashes[0]) == 2 and a.num_published_tokens == 8
+    b = Sequence(1, a.token_ids[:8] + [99], SamplingParams(max_tokens=4), 1, max_num_tokens=13)
+    s.add(b)                                  # a's first 8 tokens: both blocks hit
+    out = s.schedule()
+    assert out.new_requests[0].request_id == 1 and b.num_computed_tokens == 9 and out.num_computed_tokens[-1] == 8
+
+
 def test_a_preempted_sequence_finished_by_its_in_flight_token_leaves_the_queue():
     s = scheduler(4)
     a, b = seq(0, 8), seq(1, 8, start=50, max_tokens=1)
