@@ -1,6 +1,6 @@
 """SQL schema of the results store (SQLAlchemy 2 declarative models).
 
-Runs, metrics, gate evaluations, change points and annotations are history:
+Runs, metrics, gate evaluations, change points, shift checks, culprits and annotations are history:
 rows are only ever inserted (see append_only.py). A correction is a new row
 whose `supersedes_id` names the row it replaces; the views hide replaced rows.
 Roadmap rows mirror the versioned YAML file, whose history lives in git.
@@ -184,6 +184,51 @@ class Annotation(AppendOnly, Base):
     author: Mapped[str] = mapped_column(String(128))
     text: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class ShiftCheck(AppendOnly, Base):
+    """A change point's shift measured again and tested (jobs.gates.confirm): confirmed, or
+    noise. The change point itself stays; a later check of it is a new row."""
+    __tablename__ = "shift_checks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    change_point_id: Mapped[int | None] = mapped_column(ForeignKey("change_points.id"))  # NULL: asked by hand
+    series: Mapped[str] = mapped_column(String(32))
+    metric: Mapped[str] = mapped_column(String(64))
+    better: Mapped[str] = mapped_column(String(8))
+    before_sha: Mapped[str] = mapped_column(String(40))
+    after_sha: Mapped[str] = mapped_column(String(40))
+    before_run_ids: Mapped[list] = mapped_column(JSON)      # the re-measurements, stored as ordinary runs
+    after_run_ids: Mapped[list] = mapped_column(JSON)
+    median_before: Mapped[float] = mapped_column(Float)
+    median_after: Mapped[float] = mapped_column(Float)
+    change: Mapped[float] = mapped_column(Float)            # median_after / median_before - 1
+    change_low: Mapped[float] = mapped_column(Float)        # its bootstrap 95% interval
+    change_high: Mapped[float] = mapped_column(Float)
+    pvalue: Mapped[float] = mapped_column(Float)            # one-sided Mann-Whitney U
+    rank_biserial: Mapped[float] = mapped_column(Float)
+    verdict: Mapped[str] = mapped_column(String(16))        # confirmed | noise
+    checked_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Culprit(AppendOnly, Base):
+    """A bisect's verdict (jobs.gates.bisect): the first bad commit of a confirmed shift, or,
+    where it stopped early, the commits that may still be it."""
+    __tablename__ = "culprits"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    shift_check_id: Mapped[int | None] = mapped_column(ForeignKey("shift_checks.id"))  # NULL: good/bad by hand
+    series: Mapped[str] = mapped_column(String(32))
+    metric: Mapped[str] = mapped_column(String(64))
+    last_good_sha: Mapped[str] = mapped_column(String(40))
+    first_bad_sha: Mapped[str] = mapped_column(String(40))
+    stopped: Mapped[str] = mapped_column(String(16))        # found | budget | skipped
+    candidates: Mapped[list] = mapped_column(JSON)          # shas that may be the first bad one
+    median_good: Mapped[float] = mapped_column(Float)
+    median_bad: Mapped[float] = mapped_column(Float)
+    probes: Mapped[list] = mapped_column(JSON)              # [{sha, verdict, figures, run_ids}] in order
+    runs: Mapped[int] = mapped_column(Integer)              # bench runs spent
+    decided_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
 class StoreState(Base):

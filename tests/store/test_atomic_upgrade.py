@@ -80,7 +80,7 @@ def test_concurrent_upgrades_of_a_fresh_store_all_succeed(db_url):
     assert [c.exitcode for c in children] == [0] * 8
     store = open_store(db_url)
     with store.engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0006"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0007"
         for view in VIEWS:
             conn.execute(text(f"SELECT * FROM {view}")).all()
     store.engine.dispose()

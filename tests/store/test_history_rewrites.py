@@ -12,7 +12,8 @@ from jobs.cli import main
 from jobs.errors import StoreUnavailable
 from jobs.store import open_ready_store, record_run
 from jobs.store.append_only import history_keys
-from jobs.store.models import APPEND_ONLY_TABLES, Annotation, Base, ChangePoint, GateEvaluation, RoadmapRow, Series
+from jobs.store.models import (APPEND_ONLY_TABLES, Annotation, Base, ChangePoint, Culprit, GateEvaluation, RoadmapRow,
+                               Series, ShiftCheck)
 from jobs.store.views import VIEWS
 from tests.store_support import metrics, new_schema_url, nightly
 
@@ -20,7 +21,8 @@ KEYS = history_keys(list(APPEND_ONLY_TABLES))
 # The column each attempt tries to change, and to what.
 FORGED = {"annotations": ("text", "'forged'"), "change_points": ("change_percent", "-1.0"),
           "gate_evaluations": ("reason", "'forged'"), "metrics": ("value", "-1.0"), "runs": ("status", "'forged'"),
-          "series": ("hardware", "'forged'")}
+          "series": ("hardware", "'forged'"), "shift_checks": ("verdict", "'forged'"),
+          "culprits": ("first_bad_sha", "'forged'")}
 
 
 def seed_history(store) -> None:
@@ -39,6 +41,12 @@ def seed_history(store) -> None:
                         pvalue=0.001, is_regression=True),
             Annotation(author="alice", text="seeded", run_id=before),
             Series(key="s" * 32, workload="nano-bench", hardware="NVIDIA H200", engine="roadgate", identity={}),
+            ShiftCheck(series="s" * 32, metric="output_tok_s", better="higher", before_sha="a" * 40,
+                       after_sha="b" * 40, before_run_ids=[before], after_run_ids=[after], median_before=100.0,
+                       median_after=80.0, change=-0.2, change_low=-0.25, change_high=-0.15, pvalue=0.004,
+                       rank_biserial=1.0, verdict="confirmed"),
+            Culprit(series="s" * 32, metric="output_tok_s", last_good_sha="a" * 40, first_bad_sha="b" * 40,
+                    stopped="found", candidates=["b" * 40], median_good=100.0, median_bad=80.0, probes=[], runs=0),
         ])
     with store.engine.connect() as conn:
         assert all(conn.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar() for t in APPEND_ONLY_TABLES)

@@ -13,7 +13,7 @@ def test_upgrade_from_empty_creates_every_table_and_view(store):
     assert set(Base.metadata.tables) <= set(inspector.get_table_names())
     assert set(VIEWS) <= set(inspector.get_view_names())
     with store.engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0006"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0007"
         for view in VIEWS:
             conn.execute(text(f"SELECT * FROM {view}")).all()
 

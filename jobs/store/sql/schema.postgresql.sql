@@ -152,6 +152,47 @@ CREATE TABLE gate_evaluations (
 
 CREATE INDEX ix_gate_evaluations_row ON gate_evaluations (roadmap_row_id, id);
 
+CREATE TABLE shift_checks (
+	id SERIAL NOT NULL,
+	change_point_id INTEGER,
+	series VARCHAR(32) NOT NULL,
+	metric VARCHAR(64) NOT NULL,
+	better VARCHAR(8) NOT NULL,
+	before_sha VARCHAR(40) NOT NULL,
+	after_sha VARCHAR(40) NOT NULL,
+	before_run_ids JSON NOT NULL,
+	after_run_ids JSON NOT NULL,
+	median_before FLOAT NOT NULL,
+	median_after FLOAT NOT NULL,
+	change FLOAT NOT NULL,
+	change_low FLOAT NOT NULL,
+	change_high FLOAT NOT NULL,
+	pvalue FLOAT NOT NULL,
+	rank_biserial FLOAT NOT NULL,
+	verdict VARCHAR(16) NOT NULL,
+	checked_at TIMESTAMP WITHOUT TIME ZONE NOT NULL,
+	PRIMARY KEY (id),
+	FOREIGN KEY(change_point_id) REFERENCES change_points (id)
+);
+
+CREATE TABLE culprits (
+	id SERIAL NOT NULL,
+	shift_check_id INTEGER,
+	series VARCHAR(32) NOT NULL,
+	metric VARCHAR(64) NOT NULL,
+	last_good_sha VARCHAR(40) NOT NULL,
+	first_bad_sha VARCHAR(40) NOT NULL,
+	stopped VARCHAR(16) NOT NULL,
+	candidates JSON NOT NULL,
+	median_good FLOAT NOT NULL,
+	median_bad FLOAT NOT NULL,
+	probes JSON NOT NULL,
+	runs INTEGER NOT NULL,
+	decided_at TIMESTAMP WITHOUT TIME ZONE NOT NULL,
+	PRIMARY KEY (id),
+	FOREIGN KEY(shift_check_id) REFERENCES shift_checks (id)
+);
+
 CREATE OR REPLACE FUNCTION roadgate_refuse_change() RETURNS trigger AS $$
 BEGIN
   RAISE EXCEPTION 'roadgate: % on % refused: history is append-only', TG_OP, TG_TABLE_NAME;
@@ -164,6 +205,10 @@ CREATE TRIGGER annotations_no_truncate BEFORE TRUNCATE ON annotations FOR EACH S
 CREATE TRIGGER change_points_append_only BEFORE UPDATE OR DELETE ON change_points FOR EACH ROW EXECUTE FUNCTION roadgate_refuse_change();
 
 CREATE TRIGGER change_points_no_truncate BEFORE TRUNCATE ON change_points FOR EACH STATEMENT EXECUTE FUNCTION roadgate_refuse_change();
+
+CREATE TRIGGER culprits_append_only BEFORE UPDATE OR DELETE ON culprits FOR EACH ROW EXECUTE FUNCTION roadgate_refuse_change();
+
+CREATE TRIGGER culprits_no_truncate BEFORE TRUNCATE ON culprits FOR EACH STATEMENT EXECUTE FUNCTION roadgate_refuse_change();
 
 CREATE TRIGGER gate_evaluations_append_only BEFORE UPDATE OR DELETE ON gate_evaluations FOR EACH ROW EXECUTE FUNCTION roadgate_refuse_change();
 
@@ -180,3 +225,7 @@ CREATE TRIGGER runs_no_truncate BEFORE TRUNCATE ON runs FOR EACH STATEMENT EXECU
 CREATE TRIGGER series_append_only BEFORE UPDATE OR DELETE ON series FOR EACH ROW EXECUTE FUNCTION roadgate_refuse_change();
 
 CREATE TRIGGER series_no_truncate BEFORE TRUNCATE ON series FOR EACH STATEMENT EXECUTE FUNCTION roadgate_refuse_change();
+
+CREATE TRIGGER shift_checks_append_only BEFORE UPDATE OR DELETE ON shift_checks FOR EACH ROW EXECUTE FUNCTION roadgate_refuse_change();
+
+CREATE TRIGGER shift_checks_no_truncate BEFORE TRUNCATE ON shift_checks FOR EACH STATEMENT EXECUTE FUNCTION roadgate_refuse_change();

@@ -152,6 +152,47 @@ CREATE TABLE gate_evaluations (
 
 CREATE INDEX ix_gate_evaluations_row ON gate_evaluations (roadmap_row_id, id);
 
+CREATE TABLE shift_checks (
+	id INTEGER NOT NULL,
+	change_point_id INTEGER,
+	series VARCHAR(32) NOT NULL,
+	metric VARCHAR(64) NOT NULL,
+	better VARCHAR(8) NOT NULL,
+	before_sha VARCHAR(40) NOT NULL,
+	after_sha VARCHAR(40) NOT NULL,
+	before_run_ids JSON NOT NULL,
+	after_run_ids JSON NOT NULL,
+	median_before FLOAT NOT NULL,
+	median_after FLOAT NOT NULL,
+	change FLOAT NOT NULL,
+	change_low FLOAT NOT NULL,
+	change_high FLOAT NOT NULL,
+	pvalue FLOAT NOT NULL,
+	rank_biserial FLOAT NOT NULL,
+	verdict VARCHAR(16) NOT NULL,
+	checked_at DATETIME NOT NULL,
+	PRIMARY KEY (id),
+	FOREIGN KEY(change_point_id) REFERENCES change_points (id)
+);
+
+CREATE TABLE culprits (
+	id INTEGER NOT NULL,
+	shift_check_id INTEGER,
+	series VARCHAR(32) NOT NULL,
+	metric VARCHAR(64) NOT NULL,
+	last_good_sha VARCHAR(40) NOT NULL,
+	first_bad_sha VARCHAR(40) NOT NULL,
+	stopped VARCHAR(16) NOT NULL,
+	candidates JSON NOT NULL,
+	median_good FLOAT NOT NULL,
+	median_bad FLOAT NOT NULL,
+	probes JSON NOT NULL,
+	runs INTEGER NOT NULL,
+	decided_at DATETIME NOT NULL,
+	PRIMARY KEY (id),
+	FOREIGN KEY(shift_check_id) REFERENCES shift_checks (id)
+);
+
 CREATE TRIGGER annotations_no_update BEFORE UPDATE ON annotations BEGIN SELECT RAISE(ABORT, 'roadgate: UPDATE on annotations refused: history is append-only'); END;
 
 CREATE TRIGGER annotations_no_delete BEFORE DELETE ON annotations BEGIN SELECT RAISE(ABORT, 'roadgate: DELETE on annotations refused: history is append-only'); END;
@@ -159,6 +200,10 @@ CREATE TRIGGER annotations_no_delete BEFORE DELETE ON annotations BEGIN SELECT R
 CREATE TRIGGER change_points_no_update BEFORE UPDATE ON change_points BEGIN SELECT RAISE(ABORT, 'roadgate: UPDATE on change_points refused: history is append-only'); END;
 
 CREATE TRIGGER change_points_no_delete BEFORE DELETE ON change_points BEGIN SELECT RAISE(ABORT, 'roadgate: DELETE on change_points refused: history is append-only'); END;
+
+CREATE TRIGGER culprits_no_update BEFORE UPDATE ON culprits BEGIN SELECT RAISE(ABORT, 'roadgate: UPDATE on culprits refused: history is append-only'); END;
+
+CREATE TRIGGER culprits_no_delete BEFORE DELETE ON culprits BEGIN SELECT RAISE(ABORT, 'roadgate: DELETE on culprits refused: history is append-only'); END;
 
 CREATE TRIGGER gate_evaluations_no_update BEFORE UPDATE ON gate_evaluations BEGIN SELECT RAISE(ABORT, 'roadgate: UPDATE on gate_evaluations refused: history is append-only'); END;
 
@@ -176,11 +221,17 @@ CREATE TRIGGER series_no_update BEFORE UPDATE ON series BEGIN SELECT RAISE(ABORT
 
 CREATE TRIGGER series_no_delete BEFORE DELETE ON series BEGIN SELECT RAISE(ABORT, 'roadgate: DELETE on series refused: history is append-only'); END;
 
+CREATE TRIGGER shift_checks_no_update BEFORE UPDATE ON shift_checks BEGIN SELECT RAISE(ABORT, 'roadgate: UPDATE on shift_checks refused: history is append-only'); END;
+
+CREATE TRIGGER shift_checks_no_delete BEFORE DELETE ON shift_checks BEGIN SELECT RAISE(ABORT, 'roadgate: DELETE on shift_checks refused: history is append-only'); END;
+
 CREATE TRIGGER annotations_no_overwrite_id BEFORE INSERT ON annotations WHEN EXISTS (SELECT 1 FROM annotations WHERE "id" = NEW."id") BEGIN SELECT RAISE(ABORT, 'roadgate: INSERT over an existing row of annotations refused: history is append-only'); END;
 
 CREATE TRIGGER change_points_no_overwrite_id BEFORE INSERT ON change_points WHEN EXISTS (SELECT 1 FROM change_points WHERE "id" = NEW."id") BEGIN SELECT RAISE(ABORT, 'roadgate: INSERT over an existing row of change_points refused: history is append-only'); END;
 
 CREATE TRIGGER change_points_no_overwrite_fingerprint_engine_metric_first_run_after_id BEFORE INSERT ON change_points WHEN EXISTS (SELECT 1 FROM change_points WHERE "fingerprint" = NEW."fingerprint" AND "engine" = NEW."engine" AND "metric" = NEW."metric" AND "first_run_after_id" = NEW."first_run_after_id") BEGIN SELECT RAISE(ABORT, 'roadgate: INSERT over an existing row of change_points refused: history is append-only'); END;
+
+CREATE TRIGGER culprits_no_overwrite_id BEFORE INSERT ON culprits WHEN EXISTS (SELECT 1 FROM culprits WHERE "id" = NEW."id") BEGIN SELECT RAISE(ABORT, 'roadgate: INSERT over an existing row of culprits refused: history is append-only'); END;
 
 CREATE TRIGGER gate_evaluations_no_overwrite_id BEFORE INSERT ON gate_evaluations WHEN EXISTS (SELECT 1 FROM gate_evaluations WHERE "id" = NEW."id") BEGIN SELECT RAISE(ABORT, 'roadgate: INSERT over an existing row of gate_evaluations refused: history is append-only'); END;
 
@@ -189,3 +240,5 @@ CREATE TRIGGER metrics_no_overwrite_id BEFORE INSERT ON metrics WHEN EXISTS (SEL
 CREATE TRIGGER runs_no_overwrite_id BEFORE INSERT ON runs WHEN EXISTS (SELECT 1 FROM runs WHERE "id" = NEW."id") BEGIN SELECT RAISE(ABORT, 'roadgate: INSERT over an existing row of runs refused: history is append-only'); END;
 
 CREATE TRIGGER series_no_overwrite_key BEFORE INSERT ON series WHEN EXISTS (SELECT 1 FROM series WHERE "key" = NEW."key") BEGIN SELECT RAISE(ABORT, 'roadgate: INSERT over an existing row of series refused: history is append-only'); END;
+
+CREATE TRIGGER shift_checks_no_overwrite_id BEFORE INSERT ON shift_checks WHEN EXISTS (SELECT 1 FROM shift_checks WHERE "id" = NEW."id") BEGIN SELECT RAISE(ABORT, 'roadgate: INSERT over an existing row of shift_checks refused: history is append-only'); END;
