@@ -294,6 +294,7 @@ def run_cli(args: argparse.Namespace) -> int:
     print(format_table(results))
     # The engines' time at another commit is not split from its job's, so --ref runs report no overhead.
     job_metrics = None if sha else job_overhead(results, time.perf_counter() - job_start)
+    run_id = None
     if not args.no_store:
         # A run at a ref is recorded under that commit's sha: its code is what ran.
         host = {**host_facts(), "git_sha": sha, "git_dirty": False, "code_hash": ref_code_hash} if sha else None
@@ -307,7 +308,7 @@ def run_cli(args: argparse.Namespace) -> int:
     if args.json:
         from jobs.atomic import atomic_write_texts
         atomic_write_texts({Path(args.json): json.dumps(
-            [{"workload": workload.name, "engine": r.run.engine, "config": r.run.config, "metrics": r.metrics,
-              "requests": r.rows} for r in results], indent=1)})
+            [{"workload": workload.name, "engine": r.run.engine, "run_id": run_id, "config": r.run.config,
+              "metrics": r.metrics, "requests": r.rows} for r in results], indent=1)})
     sys.stdout.flush()
     return 0

@@ -148,9 +148,10 @@ def test_make_targets_and_variables_exist():
 def check_dag_conf(dag_id: str, conf: str) -> None:
     """A DAG run's conf as the README shows it, through the job function that reads it."""
     from jobs.batch import parse_params
+    from jobs.gates.triage_chain import triage_params
     from jobs.nightly import resolve_config
     readers = {"nightly_benchmark": lambda c: resolve_config(c, gpu_present=lambda: False),
-               "batch_generation": parse_params}
+               "batch_generation": parse_params, "bisect_regression": triage_params}
     assert dag_id in readers, f"README triggers {dag_id}: add how its conf is checked here"
     readers[dag_id](json.loads(conf))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.dags.conftest import DAGS, REPO, load_dag
 
-DAG_IDS = {"nightly_benchmark", "batch_generation", "gate_evaluation"}
+DAG_IDS = {"nightly_benchmark", "batch_generation", "gate_evaluation", "bisect_regression"}
 
 
 def test_every_dag_imports_without_errors(airflow_env):
@@ -30,6 +30,15 @@ def test_nightly_wiring_gpu_pool_queue_sensor_and_results_outlet(airflow_env):
     assert nightly.timetable.expression == "0 2 * * *"
     generate = load_dag("batch_generation").task_dict["generate"]
     assert (generate.pool, generate.queue) == ("gpu", "gpu")
+
+
+def test_the_bisect_runs_on_a_gpu_worker_and_lands_its_runs(airflow_env):
+    from roadgate_common import RESULTS
+    bisect = load_dag("bisect_regression")
+    (task,) = bisect.task_dict.values()
+    assert (task.task_id, task.pool, task.queue) == ("triage", "gpu", "gpu") and RESULTS in task.outlets
+    assert type(bisect.timetable).__name__ == "NullTimetable"           # by hand only, for now
+    assert bisect.params["repetitions"] == 5 and bisect.params["preflight"] is True
 
 
 def test_the_gates_are_evaluated_once_per_landing_by_gate_evaluation_alone(airflow_env):

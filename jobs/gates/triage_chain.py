@@ -1,0 +1,178 @@
+"""From a suspected regression to its first bad commit: re-measure both ends, test the
+shift, bisect the first-parent commits between them, record and report the verdict.
+
+Every measurement is an ordinary `roadgate bench --ref SHA` run (recorded in the store
+under that commit, with the GPU lease and preflight when `bench_args` asks for them), so
+a verdict rests on runs anyone can look up.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import text
+
+from jobs import bench, git_ref
+from jobs.errors import RefError, UsageError
+from jobs.gates.bisect import BisectResult, bisect
+from jobs.gates.confirm import ShiftTest, interleaved
+from jobs.gates.triage import record_culprit, record_shift_check
+from jobs.store.db import Store
+
+SERIES_OF_RUN = text("SELECT series FROM metrics WHERE run_id = :run AND engine = :engine AND metric = :metric")
+
+
+@dataclass
+class Measured:
+    """Figures of one commit, each from its own recorded run."""
+    sha: str
+    figures: dict[str, float] = field(default_factory=dict)     # run id -> value
+
+
+@dataclass
+class Triage:
+    metric: str
+    good: Measured
+    bad: Measured
+    series: str
+    shift: ShiftTest
+    shift_check_id: int
+    bisected: BisectResult | None = None     # None: the shift was noise
+    culprit_id: int | None = None
+
+
+def first_parent_commits(good: str, bad: str) -> list[str]:
+    """`good`, then the first-parent commits after it up to `bad`, oldest first (full shas)."""
+    good_sha, bad_sha = git_ref.resolve_commit(good), git_ref.resolve_commit(bad)
+    repo = str(git_ref.REPO)
+    if subprocess.run(["git", "-C", repo, "merge-base", "--is-ancestor", good_sha, bad_sha]).returncode != 0:
+        raise RefError(f"{good} is not an ancestor of {bad}: nothing to bisect between them")
+    listed = subprocess.run(["git", "-C", repo, "rev-list", "--first-parent", "--reverse", f"{good_sha}..{bad_sha}"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    if not listed:
+        raise RefError(f"{good} and {bad} are the same commit")
+    return [good_sha, *listed]
+
+
+def bench_at(sha: str, bench_args: list[str], metric: str, engine: str, store: Store) -> tuple[str, float, str] | None:
+    """One `roadgate bench --ref sha` run: (its run id, the engine's `metric`, its series), or
+    None when that commit cannot be built or run (the bisect skips it)."""
+    parser = argparse.ArgumentParser(prog="roadgate")
+    bench.register(parser.add_subparsers(dest="command"))
+    with tempfile.TemporaryDirectory(prefix="roadgate-triage-") as out:
+        summary = Path(out) / "bench.json"
+        args = parser.parse_args(["bench", *bench_args, "--ref", sha, "--json", str(summary)])
+        try:
+            if args.func(args) != 0:
+                return None
+        except UsageError:      # e.g. that commit's bench refused the workload it does not know
+            return None
+        (result,) = [e for e in json.loads(summary.read_text()) if e["engine"] == engine]
+    with store.engine.connect() as conn:
+        series = conn.execute(SERIES_OF_RUN, {"run": result["run_id"], "engine": engine, "metric": metric}).scalar()
+    return result["run_id"], result["metrics"][metric]["value"], series
+
+
+def triage(store: Store, good: str, bad: str, bench_args: list[str], metric: str, better: str,
+           engine: str = "ours", repetitions: int = 5, runs_per_probe: int = 3, max_runs: int = 30,
+           change_point_id: int | None = None) -> Triage:
+    """Re-measure `good` and `bad` (interleaved, `repetitions` runs each), test the shift,
+    and if it is confirmed bisect to the first bad commit within `max_runs` further runs."""
+    commits = first_parent_commits(good, bad)       # refused before any bench runs
+    ends = {"before": Measured(commits[0]), "after": Measured(commits[-1])}
+    series = None
+    for side in interleaved(repetitions):
+        measured = bench_at(ends[side].sha, bench_args, metric, engine, store)
+        if measured is None:
+            raise RefError(f"the {'good' if side == 'before' else 'bad'} end {ends[side].sha[:12]} "
+                           "cannot be built or run: nothing to triage")
+        run_id, value, series = measured
+        ends[side].figures[run_id] = value
+    good_end, bad_end = ends["before"], ends["after"]
+    check_id, shift = record_shift_check(store, series, metric, better, good_end.sha, bad_end.sha,
+                                         good_end.figures, bad_end.figures, change_point_id)
+    found = Triage(metric, good_end, bad_end, series, shift, check_id)
+    if not shift.confirmed:
+        return found
+    probe_runs: dict[str, list[str]] = {}
+
+    def measure(sha: str) -> list[float] | None:
+        figures = []
+        for _ in range(runs_per_probe):
+            measured = bench_at(sha, bench_args, metric, engine, store)
+            if measured is None:
+                return None
+            probe_runs.setdefault(sha, []).append(measured[0])
+            figures.append(measured[1])
+        return figures
+
+    found.bisected = bisect(commits, list(good_end.figures.values()), list(bad_end.figures.values()), measure,
+                            max_runs, runs_per_probe)
+    found.culprit_id = record_culprit(store, series, metric, found.bisected, list(good_end.figures.values()),
+                                      list(bad_end.figures.values()), probe_runs, check_id)
+    return found
+
+
+def report(t: Triage) -> str:
+    """The verdict as a short Markdown report."""
+    s = t.shift
+    lines = [f"# Regression triage: {t.metric}", "",
+             f"* good end {t.good.sha[:12]}: median {s.median_before:.4g} over {s.n_before} runs",
+             f"* bad end {t.bad.sha[:12]}: median {s.median_after:.4g} over {s.n_after} runs",
+             f"* change {100 * s.change:+.1f}% (95% interval {100 * s.change_low:+.1f}% to {100 * s.change_high:+.1f}%), "
+             f"Mann-Whitney p = {s.pvalue:.3g}, rank-biserial {s.rank_biserial:.2f}: "
+             f"**{'confirmed' if s.confirmed else 'noise'}** (shift check {t.shift_check_id})"]
+    if t.bisected:
+        b = t.bisected
+        verdict = (f"first bad commit **{b.first_bad[:12]}** (last good {b.last_good[:12]})" if b.found else
+                   f"stopped ({b.stopped}) with {len(b.candidates)} candidates: "
+                   + ", ".join(c[:12] for c in b.candidates))
+        lines += ["", f"Bisect: {verdict}; {b.runs} bench runs (culprit {t.culprit_id}).", "",
+                  "| commit | verdict | median |", "| --- | --- | --- |"]
+        lines += [f"| {p.sha[:12]} | {p.verdict} | {statistics.median(p.figures):.4g} |" if p.figures
+                  else f"| {p.sha[:12]} | skip | — |" for p in b.probes]
+    return "\n".join(lines) + "\n"
+
+
+TRIAGE_DEFAULTS = {"metric": "output_tok_s", "better": "higher", "engine": "ours", "backend": "auto",
+                   "model": bench.DEFAULT_MODEL, "repetitions": 5, "runs_per_probe": 3, "max_runs": 30,
+                   "preflight": True}
+
+
+def triage_params(raw: dict) -> dict:
+    """The bisect DAG's params with TRIAGE_DEFAULTS filled in; UsageError names what is wrong."""
+    p = TRIAGE_DEFAULTS | {k: v for k, v in raw.items() if v is not None}
+    missing = [name for name in ("good", "bad", "workload") if not p.get(name)]
+    if missing:
+        raise UsageError(f"missing parameter(s): {', '.join(missing)}")
+    unknown = sorted(set(p) - set(TRIAGE_DEFAULTS) - {"good", "bad", "workload"})
+    if unknown:
+        raise UsageError(f"unknown parameter(s): {', '.join(unknown)}")
+    return p
+
+
+def run_triage(params: dict) -> dict:
+    """The bisect DAG's task: triage between params' `good` and `bad` commits on `workload`
+    (the rest as TRIAGE_DEFAULTS), in the default results store; the Markdown report goes to
+    the data directory's triage/ folder. Returns the verdict."""
+    from jobs.atomic import atomic_write_texts
+    from jobs.settings import data_dir
+    from jobs.store import open_ready_store
+    p = triage_params(params)
+    bench_args = ["--workload", p["workload"], "--engine", p["engine"], "--backend", p["backend"],
+                  "--model", p["model"], *(["--preflight"] if p["preflight"] else [])]
+    store = open_ready_store()
+    found = triage(store, p["good"], p["bad"], bench_args, p["metric"], p["better"], engine=p["engine"],
+                   repetitions=p["repetitions"], runs_per_probe=p["runs_per_probe"], max_runs=p["max_runs"])
+    path = data_dir() / "triage" / f"{found.shift_check_id}-{found.good.sha[:12]}..{found.bad.sha[:12]}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_texts({path: report(found)})
+    b = found.bisected
+    return {"shift_check_id": found.shift_check_id, "verdict": "confirmed" if found.shift.confirmed else "noise",
+            "change": found.shift.change, "culprit_id": found.culprit_id, "stopped": b.stopped if b else None,
+            "first_bad": b.first_bad if b and b.found else None, "report": str(path)}
