@@ -22,6 +22,14 @@ CHANGE_COLUMNS = ["after_started_at", "workload", "hardware_class", "engine", "m
                   "is_regression", "last_run_before_id", "first_run_after_id"]
 
 
+# Each shift check with its verdict, and the bisect's culprit where one ran (shas shortened to 12).
+TRIAGE_QUERY = (
+    "SELECT s.id AS shift_check, s.checked_at, s.metric, SUBSTR(s.before_sha, 1, 12) AS good, "
+    "SUBSTR(s.after_sha, 1, 12) AS bad, s.change, s.pvalue, s.verdict, c.stopped AS bisect, "
+    "SUBSTR(c.first_bad_sha, 1, 12) AS first_bad, c.runs AS bisect_runs "
+    "FROM shift_checks s LEFT JOIN culprits c ON c.shift_check_id = s.id ORDER BY s.id, c.id")
+
+
 def format_table(rows, columns: list[str]) -> str:
     """Rows as aligned text; what came from the database is stripped of control characters."""
     cells = [columns] + [["" if r[c] is None else f"{r[c]:.4g}" if isinstance(r[c], float) else printable(str(r[c]))
@@ -145,6 +153,11 @@ def cmd_gates_regressions(args) -> int:
         print(f"{detect_regressions(store)} new change points")
     where = "" if args.all else "WHERE is_regression "
     _print_query(store, f"SELECT * FROM v_change_points {where}ORDER BY after_started_at, change_point_id", CHANGE_COLUMNS)
+    with store.engine.connect() as conn:
+        triaged = conn.execute(text("SELECT COUNT(*) FROM shift_checks")).scalar()
+    if triaged:
+        print(f"\nregression triage (the bisect_regression DAG): {triaged} shift checks")
+        _print_query(store, TRIAGE_QUERY)
 
 
 def register(subparsers) -> None:

@@ -55,3 +55,22 @@ def test_gate_status_shows_figures_with_their_units(roadgate, db_url, capsys):
     assert roadgate(["gates", "evaluate"]) == 0
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("ROAD-ENGINE-NANOBENCH-60K-H200")]
     assert "58,308 tok/s" in line and "60,000 tok/s" in line
+
+
+def test_regressions_lists_triage_verdicts_beside_the_change_points(roadgate, db_url, capsys):
+    from jobs.gates.bisect import bisect
+    from jobs.gates.triage import record_culprit, record_shift_check
+    assert roadgate(["db", "upgrade"]) == 0
+    assert roadgate(["gates", "regressions", "--no-detect"]) == 0
+    assert "regression triage" not in capsys.readouterr().out          # nothing triaged: no second table
+    store = open_store(db_url)
+    shas = [f"{i:040x}" for i in range(3)]
+    check, _ = record_shift_check(store, "s" * 32, "output_tok_s", "higher", shas[0], shas[2],
+                                  {f"b{i}": 100.0 + i for i in range(5)}, {f"a{i}": 90.0 + i for i in range(5)})
+    found = bisect(shas, [100.0] * 5, [90.0] * 5, lambda sha: [90.0], max_runs=5, runs_per_probe=1)
+    record_culprit(store, "s" * 32, "output_tok_s", found, [100.0] * 5, [90.0] * 5, {}, shift_check_id=check)
+    assert roadgate(["gates", "regressions", "--no-detect"]) == 0
+    out = capsys.readouterr().out
+    assert "regression triage (the bisect_regression DAG): 1 shift checks" in out
+    (row,) = [line for line in out.splitlines() if line.startswith(str(check) + " ")]
+    assert "confirmed" in row and "found" in row and shas[1][:12] in row
