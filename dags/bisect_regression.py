@@ -4,6 +4,9 @@ in jobs/gates/triage_chain.py; every bench run lands in the results store as evi
 
     airflow dags trigger bisect_regression --conf '{"good": "abc123", "bad": "def456",
         "workload": "nano-bench"}'
+    airflow dags trigger bisect_regression --conf '{"change_point_id": 17}'
+
+A change point's id stands for its two runs' commits, workload, metric, engine and model.
 """
 from __future__ import annotations
 
@@ -21,14 +24,20 @@ from roadgate_common import RESULTS, gpu_task
     max_active_runs=1,
     tags=["roadgate", "gates"],
     params={
-        "good": Param(type="string", minLength=1, description="a commit whose figure is good"),
-        "bad": Param(type="string", minLength=1, description="a later commit (first-parent) whose figure is bad"),
-        "workload": Param(type="string", minLength=1, description="a workload of jobs/data/workloads.yaml"),
-        "metric": Param("output_tok_s", type="string", minLength=1),
-        "better": Param("higher", type="string", enum=["higher", "lower"]),
-        "engine": Param("ours", type="string", minLength=1),
-        "backend": Param("auto", type="string", enum=["auto", "cuda", "torch"]),
-        "model": Param("smollm2-135m-instruct", type="string", minLength=1),
+        "change_point_id": Param(None, type=["null", "integer"], minimum=1,
+                                 description="a change point (roadgate gates regressions): its runs fill in the rest"),
+        "good": Param(None, type=["null", "string"], minLength=1, description="a commit whose figure is good"),
+        "bad": Param(None, type=["null", "string"], minLength=1,
+                     description="a later commit (first-parent) whose figure is bad"),
+        "workload": Param(None, type=["null", "string"], minLength=1,
+                          description="a workload of jobs/data/workloads.yaml"),
+        # Unset (null): the change point's, else jobs.gates.triage_chain.TRIAGE_DEFAULTS.
+        "metric": Param(None, type=["null", "string"], minLength=1, description="default output_tok_s"),
+        "better": Param(None, type=["null", "string"], enum=[None, "higher", "lower"], description="default higher"),
+        "engine": Param(None, type=["null", "string"], minLength=1, description="default ours"),
+        "backend": Param(None, type=["null", "string"], enum=[None, "auto", "cuda", "torch"],
+                         description="default auto"),
+        "model": Param(None, type=["null", "string"], minLength=1, description="default smollm2-135m-instruct"),
         "repetitions": Param(5, type="integer", minimum=5, description="runs of each end (5 and 5 reach p = 0.004)"),
         "runs_per_probe": Param(3, type="integer", minimum=1),
         "max_runs": Param(30, type="integer", minimum=1, description="bench runs the bisect may spend"),

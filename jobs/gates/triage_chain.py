@@ -25,6 +25,10 @@ from jobs.gates.triage import record_culprit, record_shift_check
 from jobs.store.db import Store
 
 SERIES_OF_RUN = text("SELECT series FROM metrics WHERE run_id = :run AND engine = :engine AND metric = :metric")
+CHANGE_POINT = text(
+    "SELECT cp.metric, cp.engine, b.git_sha AS good, a.git_sha AS bad, a.workload, a.config, m.better "
+    "FROM change_points cp JOIN runs b ON b.id = cp.last_run_before_id JOIN runs a ON a.id = cp.first_run_after_id "
+    "JOIN metrics m ON m.run_id = a.id AND m.engine = cp.engine AND m.metric = cp.metric WHERE cp.id = :id")
 
 
 @dataclass
@@ -141,12 +145,33 @@ def report(t: Triage) -> str:
 
 TRIAGE_DEFAULTS = {"metric": "output_tok_s", "better": "higher", "engine": "ours", "backend": "auto",
                    "model": bench.DEFAULT_MODEL, "repetitions": 5, "runs_per_probe": 3, "max_runs": 30,
-                   "preflight": True}
+                   "preflight": True, "change_point_id": None}
 
 
-def triage_params(raw: dict) -> dict:
-    """The bisect DAG's params with TRIAGE_DEFAULTS filled in; UsageError names what is wrong."""
-    p = TRIAGE_DEFAULTS | {k: v for k, v in raw.items() if v is not None}
+def params_of_change_point(store: Store, change_point_id: int) -> dict:
+    """What a change point's two runs say to triage: their commits, the workload, the metric
+    and its direction, the engine with its backend, and the model."""
+    with store.engine.connect() as conn:
+        row = conn.execute(CHANGE_POINT, {"id": change_point_id}).first()
+    if row is None:
+        raise UsageError(f"no change point {change_point_id} in the results store")
+    if not (row.good and row.bad):
+        raise UsageError(f"change point {change_point_id}: its runs record no commit: nothing to bisect")
+    # A JSON column read through plain SQL: text on SQLite, decoded on PostgreSQL.
+    config = (json.loads(row.config) if isinstance(row.config, str) else row.config) or {}
+    engine = (config.get("engines") or {}).get(row.engine, {})
+    return {"good": row.good, "bad": row.bad, "workload": row.workload, "metric": row.metric, "better": row.better,
+            "engine": row.engine, "backend": engine.get("backend", "auto"),
+            "model": config.get("model", bench.DEFAULT_MODEL), "change_point_id": change_point_id}
+
+
+def triage_params(raw: dict, store: Store | None = None) -> dict:
+    """The bisect DAG's params with TRIAGE_DEFAULTS filled in, under what the change point
+    they name says (given a store); UsageError names what is wrong."""
+    given = {k: v for k, v in raw.items() if v is not None}
+    from_change_point = params_of_change_point(store, given["change_point_id"]) \
+        if store is not None and given.get("change_point_id") is not None else {}
+    p = TRIAGE_DEFAULTS | from_change_point | given
     missing = [name for name in ("good", "bad", "workload") if not p.get(name)]
     if missing:
         raise UsageError(f"missing parameter(s): {', '.join(missing)}")
@@ -163,12 +188,13 @@ def run_triage(params: dict) -> dict:
     from jobs.atomic import atomic_write_texts
     from jobs.settings import data_dir
     from jobs.store import open_ready_store
-    p = triage_params(params)
+    store = open_ready_store()
+    p = triage_params(params, store)
     bench_args = ["--workload", p["workload"], "--engine", p["engine"], "--backend", p["backend"],
                   "--model", p["model"], *(["--preflight"] if p["preflight"] else [])]
-    store = open_ready_store()
     found = triage(store, p["good"], p["bad"], bench_args, p["metric"], p["better"], engine=p["engine"],
-                   repetitions=p["repetitions"], runs_per_probe=p["runs_per_probe"], max_runs=p["max_runs"])
+                   repetitions=p["repetitions"], runs_per_probe=p["runs_per_probe"], max_runs=p["max_runs"],
+                   change_point_id=p["change_point_id"])
     path = data_dir() / "triage" / f"{found.shift_check_id}-{found.good.sha[:12]}..{found.bad.sha[:12]}.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_texts({path: report(found)})

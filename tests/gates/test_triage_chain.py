@@ -90,3 +90,31 @@ def test_the_dag_task_refuses_bad_params_before_any_run(params, message, default
     from jobs.gates.triage_chain import run_triage
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
         run_triage(params)
+
+
+def test_a_change_point_stands_for_its_runs_commits_workload_and_engine(store):
+    from jobs.errors import UsageError
+    from jobs.gates.triage_chain import triage_params
+    from jobs.store import record_run
+    from jobs.store.models import ChangePoint
+    from tests.store_support import metrics, nightly
+    config = {"engines": {"ours": {"backend": "torch"}}, "model": "dummy:smollm2-135m"}
+    before, after = (record_run(store, nightly(day, workload="cpu-small", config=config), metrics("ours", output_tok_s=v))
+                     for day, v in ((1, 100.0), (2, 80.0)))
+    unknown_commit = record_run(store, nightly(3, git_sha=None), metrics("ours", output_tok_s=80.0))
+    with store.session() as session, session.begin():
+        points = [ChangePoint(fingerprint="f" * 32, engine="ours", metric="output_tok_s", last_run_before_id=before,
+                              first_run_after_id=run, mean_before=100.0, mean_after=80.0, change_percent=-20.0,
+                              pvalue=0.001, is_regression=True) for run in (after, unknown_commit)]
+        session.add_all(points)
+        session.flush()
+        known, blind = (p.id for p in points)
+    p = triage_params({"change_point_id": known, "max_runs": 12}, store)
+    assert (p["good"], p["bad"], p["workload"], p["metric"], p["better"]) == (f"{1:040x}", f"{2:040x}", "cpu-small",
+                                                                              "output_tok_s", "higher")
+    assert (p["engine"], p["backend"], p["model"], p["max_runs"]) == ("ours", "torch", "dummy:smollm2-135m", 12)
+    assert triage_params({"change_point_id": known, "backend": "cuda"}, store)["backend"] == "cuda"   # given wins
+    with pytest.raises(UsageError, match="no change point 999"):
+        triage_params({"change_point_id": 999}, store)
+    with pytest.raises(UsageError, match="record no commit"):
+        triage_params({"change_point_id": blind}, store)
