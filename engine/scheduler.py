@@ -48,10 +48,6 @@ class SchedulerOutput:
     finished_request_ids: list[int] = field(default_factory=list)      # finished since the last step
     preempted_request_ids: list[int] = field(default_factory=list)     # out of the batch until readmitted
 
-    @property
-    def total_tokens(self) -> int:
-        return sum(self.num_scheduled_tokens)
-
 
 @dataclass
 class SchedulerStats:
@@ -91,7 +87,7 @@ class Scheduler:
             if budget == 0:
                 break
             num_tokens = len(seq.token_ids) + seq.num_pending
-            if num_tokens >= seq.max_num_tokens:     # its last token is in flight; nothing to compute
+            if num_tokens >= seq.max_num_tokens:     # seq.samples_no_more, inlined: its last token is in flight
                 continue
             rid = seq.request_id
             n = min(num_tokens - seq.num_computed_tokens, budget)

@@ -49,3 +49,16 @@ def worktree_at(sha: str, repo: Path | None = None) -> Iterator[Path]:
         _git(repo, "worktree", "remove", "--force", str(tree))
         shutil.rmtree(parent, ignore_errors=True)
         _git(repo, "worktree", "prune")
+
+
+def first_parent_commits(good: str, bad: str, repo: Path | None = None) -> list[str]:
+    """`good`, then the first-parent commits after it up to `bad`, oldest first (full shas):
+    what a bisect between them walks."""
+    repo = repo or REPO
+    good_sha, bad_sha = resolve_commit(good, repo), resolve_commit(bad, repo)
+    if _git(repo, "merge-base", "--is-ancestor", good_sha, bad_sha).returncode != 0:
+        raise RefError(f"{good} is not an ancestor of {bad}: nothing to bisect between them")
+    listed = _git(repo, "rev-list", "--first-parent", "--reverse", f"{good_sha}..{bad_sha}").stdout.split()
+    if not listed:
+        raise RefError(f"{good} and {bad} are the same commit")
+    return [good_sha, *listed]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,19 +49,6 @@ class Triage:
     culprit_id: int | None = None
 
 
-def first_parent_commits(good: str, bad: str) -> list[str]:
-    """`good`, then the first-parent commits after it up to `bad`, oldest first (full shas)."""
-    good_sha, bad_sha = git_ref.resolve_commit(good), git_ref.resolve_commit(bad)
-    repo = str(git_ref.REPO)
-    if subprocess.run(["git", "-C", repo, "merge-base", "--is-ancestor", good_sha, bad_sha]).returncode != 0:
-        raise RefError(f"{good} is not an ancestor of {bad}: nothing to bisect between them")
-    listed = subprocess.run(["git", "-C", repo, "rev-list", "--first-parent", "--reverse", f"{good_sha}..{bad_sha}"],
-                            capture_output=True, text=True, check=True).stdout.split()
-    if not listed:
-        raise RefError(f"{good} and {bad} are the same commit")
-    return [good_sha, *listed]
-
-
 def bench_at(sha: str, bench_args: list[str], metric: str, engine: str, store: Store) -> tuple[str, float, str] | None:
     """One `roadgate bench --ref sha` run: (its run id, the engine's `metric`, its series), or
     None when that commit cannot be built or run (the bisect skips it)."""
@@ -87,7 +73,7 @@ def triage(store: Store, good: str, bad: str, bench_args: list[str], metric: str
            change_point_id: int | None = None) -> Triage:
     """Re-measure `good` and `bad` (interleaved, `repetitions` runs each), test the shift,
     and if it is confirmed bisect to the first bad commit within `max_runs` further runs."""
-    commits = first_parent_commits(good, bad)       # refused before any bench runs
+    commits = git_ref.first_parent_commits(good, bad)       # refused before any bench runs
     ends = {"before": Measured(commits[0]), "after": Measured(commits[-1])}
     series = None
     for side in interleaved(repetitions):

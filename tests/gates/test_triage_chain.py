@@ -11,7 +11,8 @@ from sqlalchemy import func, select
 
 from jobs import git_ref
 from jobs.errors import RefError
-from jobs.gates.triage_chain import first_parent_commits, report, triage
+from jobs.gates.triage_chain import report, triage
+from jobs.git_ref import first_parent_commits
 from jobs.store.models import Culprit, Run, ShiftCheck
 from tests.conftest import REPO
 from tests.tiny_model import tiny_model  # noqa: F401  (a fixture)
