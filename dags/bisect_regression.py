@@ -1,6 +1,9 @@
-"""Regression triage by hand: re-measure two commits, and if the shift between them is
-confirmed, bisect the first-parent commits between them to the first bad one. Logic lives
-in jobs/gates/triage_chain.py; every bench run lands in the results store as evidence.
+"""Regression triage: re-measure two commits, and if the shift between them is confirmed,
+bisect the first-parent commits between them to the first bad one. Logic lives in
+jobs/gates/triage_chain.py; every bench run lands in the results store as evidence.
+
+Scheduled on the suspected-regressions asset: gate evaluation's new regression change
+points, each triaged in turn. Or by hand:
 
     airflow dags trigger bisect_regression --conf '{"good": "abc123", "bad": "def456",
         "workload": "nano-bench"}'
@@ -13,12 +16,12 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import Param, dag
 
-from roadgate_common import RESULTS, gpu_task
+from roadgate_common import RESULTS, SUSPECTED_REGRESSIONS, gpu_task
 
 
 @dag(
     dag_id="bisect_regression",
-    schedule=None,
+    schedule=[SUSPECTED_REGRESSIONS],
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
@@ -47,9 +50,13 @@ from roadgate_common import RESULTS, gpu_task
 def bisect_regression():
     # On a GPU worker: its bench runs take the GPU lease and the preflight as any bench does.
     @gpu_task(outlets=[RESULTS])
-    def triage(params=None) -> dict:
+    def triage(params=None, triggering_asset_events=None) -> list[dict]:
         from jobs.gates.triage_chain import run_triage
-        return run_triage(dict(params))
+        suspected = [change_point_id for events in (triggering_asset_events or {}).values() for event in events
+                     for change_point_id in (event.extra or {}).get("change_point_ids", [])]
+        if not suspected:                      # triggered by hand: the params say what to triage
+            return [run_triage(dict(params))]
+        return [run_triage(dict(params) | {"change_point_id": change_point_id}) for change_point_id in suspected]
 
     triage()
 

@@ -1,14 +1,18 @@
 """Gate evaluation whenever results land: scheduled on the results asset, so every landing
 (the nightly benchmark's, an ad hoc batch's, an asset event posted by hand) evaluates the
-roadmap gates and renders the report once. The nightly itself ends at its landing."""
+roadmap gates and renders the report once. The nightly itself ends at its landing.
+
+It also looks for change points in the history; new ones in the regression direction end
+at the suspected-regressions asset, on which bisect_regression is scheduled."""
 from __future__ import annotations
 
 import logging
 
 import pendulum
 from airflow.sdk import dag, task
+from airflow.sdk.exceptions import AirflowSkipException
 
-from roadgate_common import RESULTS
+from roadgate_common import RESULTS, SUSPECTED_REGRESSIONS
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +39,17 @@ def gate_evaluation():
         from jobs.nightly import publish_report
         publish_report()   # prints the table; not returned, so it is not logged twice
 
+    @task(outlets=[SUSPECTED_REGRESSIONS])
+    def find_regressions(outlet_events=None) -> list[int]:
+        from jobs.nightly import find_new_regressions
+        change_point_ids = find_new_regressions()
+        if not change_point_ids:
+            raise AirflowSkipException("no new change point in the regression direction")   # no asset event
+        outlet_events[SUSPECTED_REGRESSIONS].extra = {"change_point_ids": change_point_ids}
+        return change_point_ids
+
     report(evaluate())
+    find_regressions()
 
 
 dag = gate_evaluation()

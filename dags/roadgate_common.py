@@ -23,6 +23,10 @@ from airflow.sdk import Asset, task
 # Every run that lands in the results store (nightly or ad hoc) updates this asset;
 # dags/gate_evaluation.py is scheduled on it.
 RESULTS = Asset(name="roadgate_results", uri="roadgate://results-store/runs", group="roadgate")
+# Gate evaluation found new change points in the regression direction (extra: change_point_ids);
+# dags/bisect_regression.py is scheduled on it.
+SUSPECTED_REGRESSIONS = Asset(name="roadgate_suspected_regressions", uri="roadgate://results-store/change-points",
+                              group="roadgate")
 GPU_POOL = "gpu"
 GPU_QUEUE = "gpu"
 TASK_RUNNER = os.environ.get("ROADGATE_TASK_RUNNER", "local")

@@ -92,13 +92,14 @@ def job_overhead(results: list[BenchResult], job_wall_s: float) -> dict[str, dic
 
 def record(results: list[BenchResult], started_at: datetime, finished_at: datetime, model: str,
            preflight=None, store=None, *, host: dict | None = None, job_metrics: dict | None = None,
-           **run_fields) -> str:
+           kind: str = "bench", **run_fields) -> str:
     """Land one bench invocation in the results store: a run (all engines, one
     fingerprint) with its validity verdict, a metric row per engine and metric,
     and the per-request rows.
 
     `host` is host_facts() of the machine and code that ran the engines (default: this
-    one); `job_metrics` are recorded under the engine name "job"; `run_fields` (id,
+    one); `job_metrics` are recorded under the engine name "job"; `kind` is "bench-at-ref" for
+    a re-measurement of another commit (kept out of history: v_metric_history); `run_fields` (id,
     airflow_dag_id, airflow_run_id) go into the RunRecord as given. `store` is a ready one
     (open_ready_store); by default the environment's is opened and migrated here."""
     from jobs.store import MetricRecord, RunRecord, open_ready_store, record_run
@@ -108,7 +109,7 @@ def record(results: list[BenchResult], started_at: datetime, finished_at: dateti
     digest = engines.model_digest(model)
     identities = {r.run.engine: engines.identity(r.run.engine, r.run.config) for r in results} | {"job": {}}
     preflight_status = preflight.record_status if preflight else "skipped"
-    run = RunRecord(kind="bench", workload=workload.name, started_at=started_at, finished_at=finished_at,
+    run = RunRecord(kind=kind, workload=workload.name, started_at=started_at, finished_at=finished_at,
                     preflight_status=preflight_status,
                     preflight=preflight.as_dict() if preflight else {},
                     validity=run_verdict(workload, {r.run.engine: r.metrics for r in results}, preflight_status,
@@ -298,7 +299,8 @@ def run_cli(args: argparse.Namespace) -> int:
     if not args.no_store:
         # A run at a ref is recorded under that commit's sha: its code is what ran.
         host = {**host_facts(), "git_sha": sha, "git_dirty": False, "code_hash": ref_code_hash} if sha else None
-        run_id = record(results, started, utcnow(), args.model, outcome, store, host=host, job_metrics=job_metrics)
+        run_id = record(results, started, utcnow(), args.model, outcome, store, host=host, job_metrics=job_metrics,
+                        kind="bench-at-ref" if sha else "bench")
         print(f"recorded run {run_id}" + (f" (code at {args.ref}: {sha})" if sha else ""))
     if job_metrics:
         wall = time.perf_counter() - job_start

@@ -276,6 +276,15 @@ def evaluate_gates_now(store=None, roadmap_path: str | None = None) -> list[dict
              "value": e.value, "target": e.target} for e in evaluate_gates(store)]
 
 
+def find_new_regressions(store=None) -> list[int]:
+    """Change-point detection over the whole history; the ids of the new change points in the
+    regression direction: what the bisect_regression DAG is asked to triage."""
+    from jobs.gates.regressions import detect_regressions
+    from jobs.store import open_ready_store
+
+    return [cp.id for cp in detect_regressions(store or open_ready_store()) if cp.is_regression]
+
+
 def publish_report(store=None, out_dir: str | Path | None = None) -> str:
     """The nightly report: the static HTML dashboard (jobs.report) under `out_dir`
     (default <data dir>/report); the gate status table is printed for the task log.

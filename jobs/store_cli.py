@@ -24,10 +24,10 @@ CHANGE_COLUMNS = ["after_started_at", "workload", "hardware_class", "engine", "m
 
 # Each shift check with its verdict, and the bisect's culprit where one ran (shas shortened to 12).
 TRIAGE_QUERY = (
-    "SELECT s.id AS shift_check, s.checked_at, s.metric, SUBSTR(s.before_sha, 1, 12) AS good, "
-    "SUBSTR(s.after_sha, 1, 12) AS bad, s.change, s.pvalue, s.verdict, c.stopped AS bisect, "
-    "SUBSTR(c.first_bad_sha, 1, 12) AS first_bad, c.runs AS bisect_runs "
-    "FROM shift_checks s LEFT JOIN culprits c ON c.shift_check_id = s.id ORDER BY s.id, c.id")
+    "SELECT shift_check_id AS shift_check, change_point_id AS change_point, checked_at, metric, "
+    "SUBSTR(good_sha, 1, 12) AS good, SUBSTR(bad_sha, 1, 12) AS bad, change, pvalue, verdict, "
+    "bisect_stopped AS bisect, SUBSTR(first_bad_sha, 1, 12) AS first_bad, bisect_runs "
+    "FROM v_regression_triage ORDER BY shift_check_id, culprit_id")
 
 
 def format_table(rows, columns: list[str]) -> str:
@@ -150,7 +150,7 @@ def cmd_gates_regressions(args) -> int:
     from jobs.gates.regressions import detect_regressions
     store = _store(args.db_url, existing=True)
     if not args.no_detect:
-        print(f"{detect_regressions(store)} new change points")
+        print(f"{len(detect_regressions(store))} new change points")
     where = "" if args.all else "WHERE is_regression "
     _print_query(store, f"SELECT * FROM v_change_points {where}ORDER BY after_started_at, change_point_id", CHANGE_COLUMNS)
     with store.engine.connect() as conn:

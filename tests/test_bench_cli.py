@@ -5,7 +5,7 @@ import shutil
 import subprocess
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from jobs import git_ref
 from jobs.cli import main
@@ -100,6 +100,11 @@ def test_ref_runs_an_older_commit_and_records_its_sha(store, tmp_path, monkeypat
     with store.session() as session:
         (run,) = session.scalars(select(Run)).all()
     assert run.git_sha == old_sha and run.git_dirty is False
+    # A re-measurement of an older commit: evidence, kept out of the history gates and change points read.
+    assert run.kind == "bench-at-ref"
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT COUNT(*) FROM v_metric_history WHERE run_id = :r"), {"r": run.id}).scalar() == 0
+        assert conn.execute(text("SELECT COUNT(*) FROM metrics WHERE run_id = :r"), {"r": run.id}).scalar() > 0
     assert run.config["engines"]["ours"]["commit_mark"] == "old"   # the older commit's code is what ran
     # ... and the run names it by content too: the tree of the old commit's four code folders.
     old_code = subprocess.run(["git", "-C", str(clone), "mktree"], check=True, capture_output=True, text=True,

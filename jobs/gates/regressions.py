@@ -41,8 +41,8 @@ def find_change_points(values: list[float], max_pvalue: float = MAX_PVALUE,
     return change_points
 
 
-def detect_regressions(store: Store) -> int:
-    """Scans every series for change points; appends the new ones. Returns how many were new."""
+def detect_regressions(store: Store) -> list[ChangePoint]:
+    """Scans every series for change points; appends the new ones and returns them."""
     with store.session() as session, session.begin():
         known = set(session.execute(KNOWN_QUERY).all())
         history = session.execute(HISTORY_QUERY).all()
@@ -63,4 +63,4 @@ def detect_regressions(store: Store) -> int:
                     change_percent=cp.stats.forward_change_percent(), pvalue=cp.stats.pvalue, is_regression=worse,
                 ))
         session.add_all(found)
-    return len(found)
+    return found

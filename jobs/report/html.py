@@ -1,8 +1,8 @@
 """The static HTML dashboard: one self-contained file, read only from the SQL views.
 
 Roadmap table, a history plot per roadmap row (with its target and the change
-points found in its series), latency distributions per engine and workload, and
-the recent runs with their validity. Plots are inline SVG; the one script only
+points found in its series), the regressions found with their triage verdicts,
+latency distributions per engine and workload, and the recent runs with their validity. Plots are inline SVG; the one script only
 filters the roadmap table, so the page works from disk with no network.
 """
 from __future__ import annotations
@@ -46,6 +46,7 @@ svg .change-point { stroke-width: 1.5; stroke-dasharray: 2 2; } svg .regression 
 svg .improvement { stroke: #1a7f37; } svg .box { fill: #b6e3ff; stroke: #0969da; }
 svg .whisker, svg .p99 { stroke: #0969da; } svg .mean { fill: #1d232a; }
 .legend { color: #57606a; font-size: 12px; }
+.confirmed { color: #a40e26; font-weight: 600; } .noise, .not { color: #57606a; }
 """
 
 # Hides PASS rows on demand; nothing on the page depends on it running.
@@ -88,6 +89,20 @@ RUNS_COLUMNS = [
     ("Code hash (git tree)", "`git write-tree` of engine/, jobs/, cuda_src/ and dags/ as they were on disk: "
                              "names the code also where the commit cannot (a dirty or copied tree)"),
     ("Evidence for (row status)", "the roadmap rows whose status rests on this run"),
+]
+
+REGRESSION_COLUMNS = [
+    ("Change point (id)", "the detected shift's id (roadgate gates regressions); — for two commits named by hand"),
+    ("Series", "workload · hardware · engine: what the figure is compared within"),
+    ("Metric", "the figure that moved"),
+    ("Detected change (%)", "the shift change-point detection saw in the history, before any re-measurement"),
+    ("Commits (good → bad)", "the last run's commit before the shift and the first after it, 10 hex digits"),
+    ("Triage", "the shift re-measured (runs of both commits, interleaved) and tested: confirmed, noise, "
+               "or not triaged yet"),
+    ("Re-measured change (%)", "median after / median before − 1, with its bootstrap 95% interval"),
+    ("p (Mann–Whitney)", "one-sided: how likely a shift this large is from noise"),
+    ("First bad commit", "what the bisect found, or where it stopped (budget: runs spent; skipped: only "
+                         "commits that could not be built or run were left)"),
 ]
 
 
@@ -157,6 +172,39 @@ def history_section(data: DashboardData) -> str:
     return "".join(parts)
 
 
+def regressions_table(data: DashboardData) -> str:
+    """Each change point in the regression direction, newest first, beside its triage (a change point
+    triaged twice shows both checks); then the checks asked for by hand."""
+    checks = defaultdict(list)
+    for t in data.triage:
+        checks[t.change_point_id].append(t)
+    rows = []
+    for cp in sorted((c for c in data.change_points if c.is_regression), key=lambda c: c.change_point_id,
+                     reverse=True):
+        for t in checks.pop(cp.change_point_id, None) or [None]:
+            rows.append(_regression_row(cp.change_point_id, f"{cp.workload} · {cp.hardware_class} · {cp.engine}",
+                                        cp.metric, cp.change_percent, cp.before_git_sha, cp.after_git_sha, t))
+    for t in checks.pop(None, []):
+        rows.append(_regression_row(None, t.series[:12], t.metric, None, t.good_sha, t.bad_sha, t))
+    if not rows:
+        return '<p class="meta">No change point in the regression direction.</p>'
+    return f'<table id="regressions">{_head(REGRESSION_COLUMNS)}<tbody>' + "".join(rows) + "</tbody></table>"
+
+
+def _regression_row(change_point_id, series, metric, detected, good, bad, t) -> str:
+    if t is None:
+        triage, remeasured, pvalue, culprit = "not triaged yet", "—", "—", "—"
+    else:
+        triage, pvalue = f"{t.verdict} (check {t.shift_check_id})", f"{t.pvalue:.2g}"
+        remeasured = f"{100 * t.change:+.1f} [{100 * t.change_low:+.1f}, {100 * t.change_high:+.1f}]"
+        culprit = ("—" if t.bisect_stopped is None else t.first_bad_sha[:10] if t.bisect_stopped == "found"
+                   else f"stopped: {t.bisect_stopped}")
+    return ("<tr>" + _cell("—" if change_point_id is None else change_point_id, "num") + _cell(series)
+            + _cell(metric_label(metric)) + _cell("—" if detected is None else f"{detected:+.1f}", "num")
+            + f"<td>{_short_id(good, 10)} → {_short_id(bad, 10)}</td>" + _cell(triage, triage.split()[0])
+            + _cell(remeasured, "num") + _cell(pvalue, "num") + _cell(culprit) + "</tr>")
+
+
 def latency_section(data: DashboardData) -> str:
     parts = ['<p class="legend">From the newest run of each engine on each workload: the box spans p50 to p90, '
              'the whisker reaches p99, the dot is the mean.</p>']
@@ -204,6 +252,7 @@ def dashboard_html(data: DashboardData, now: datetime, host_class: str | None = 
         f"store's SQL views · {escape(summary)}</p>"
         f'<h2 id="roadmap-status">Roadmap</h2>{roadmap_table(data.board, now, host_class)}'
         f'<h2 id="history">History per roadmap row</h2>{history_section(data)}'
+        f'<h2 id="regressions">Regressions and their triage</h2>{regressions_table(data)}'
         f'<h2 id="latency">Latency distributions</h2>{latency_section(data)}'
         f'<h2 id="recent-runs">Recent runs</h2>{runs_table(data)}'
         f"<script>{SCRIPT}</script></body></html>\n")

@@ -26,6 +26,9 @@ CHANGE_POINTS = text("SELECT * FROM v_change_points ORDER BY after_started_at, c
     is_regression=Boolean, change_percent=Float, mean_before=Float, mean_after=Float,
     before_started_at=DateTime, after_started_at=DateTime,
 )
+TRIAGE = text("SELECT * FROM v_regression_triage ORDER BY shift_check_id, culprit_id").columns(
+    checked_at=DateTime, detected_change_percent=Float, change=Float, change_low=Float, change_high=Float,
+    pvalue=Float, median_before=Float, median_after=Float)
 LATENCIES = text(
     "SELECT * FROM v_latency_distributions ORDER BY latency, workload, hardware_class, engine"
 ).columns(started_at=DateTime, count=Integer, mean=Float, std=Float, p50=Float, p90=Float, p99=Float)
@@ -53,6 +56,7 @@ class DashboardData:
     board: list            # v_roadmap_board rows
     history: dict          # roadmap_row_id -> its v_roadmap_history points in its evidence's series, oldest first
     change_points: list    # v_change_points rows
+    triage: list           # v_regression_triage rows, oldest first
     latencies: list        # v_latency_distributions rows
     recent_runs: list      # v_run_validity rows, newest first
 
@@ -75,6 +79,7 @@ def load_dashboard_data(store: Store, recent_runs: int) -> DashboardData:
             board=board,
             history=history,
             change_points=conn.execute(CHANGE_POINTS).all(),
+            triage=conn.execute(TRIAGE).all(),
             latencies=conn.execute(LATENCIES).all(),
             recent_runs=conn.execute(RECENT_RUNS, {"limit": recent_runs}).all(),
         )

@@ -14,7 +14,8 @@ SQL_DIR = files("jobs.store") / "sql"
 
 # Creation order: a view comes after the views it reads.
 VIEWS = ["v_metric_history", "v_latest_runs", "v_gate_evidence", "v_roadmap_status", "v_change_points",
-         "v_roadmap_board", "v_roadmap_history", "v_latency_distributions", "v_run_validity", "v_latest_figures"]
+         "v_roadmap_board", "v_roadmap_history", "v_latency_distributions", "v_run_validity", "v_latest_figures",
+         "v_regression_triage"]
 
 
 def view_sql(name: str) -> str:

@@ -32,12 +32,14 @@ def test_nightly_wiring_gpu_pool_queue_sensor_and_results_outlet(airflow_env):
     assert (generate.pool, generate.queue) == ("gpu", "gpu")
 
 
-def test_the_bisect_runs_on_a_gpu_worker_and_lands_its_runs(airflow_env):
-    from roadgate_common import RESULTS
+def test_the_bisect_runs_on_a_gpu_worker_on_suspected_regressions_and_lands_its_runs(airflow_env):
+    from roadgate_common import RESULTS, SUSPECTED_REGRESSIONS
     bisect = load_dag("bisect_regression")
     (task,) = bisect.task_dict.values()
     assert (task.task_id, task.pool, task.queue) == ("triage", "gpu", "gpu") and RESULTS in task.outlets
-    assert type(bisect.timetable).__name__ == "NullTimetable"           # by hand only, for now
+    assert list(bisect.timetable.asset_condition.objects) == [SUSPECTED_REGRESSIONS]   # or by hand
+    gates = load_dag("gate_evaluation")
+    assert gates.task_dict["find_regressions"].outlets == [SUSPECTED_REGRESSIONS]
     assert bisect.params["repetitions"] == 5 and bisect.params["preflight"] is True
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from jobs.errors import StoreNotReady
 from jobs.report import render_dashboard
-from jobs.report.html import ROADMAP_COLUMNS, RUNS_COLUMNS
+from jobs.report.html import REGRESSION_COLUMNS, ROADMAP_COLUMNS, RUNS_COLUMNS
 from jobs.store import open_store
 from tests.conftest import CHAT_PROMPTS
 from tests.report.chromium import Page, chromium_binary
@@ -125,7 +125,7 @@ def test_a_row_this_host_cannot_measure_says_so_instead_of_only_no_data(store, t
 def test_every_column_says_what_it_is_and_every_row_fills_every_column(dashboard):
     path, _ = dashboard
     page = path.read_text()
-    for table, columns in [("roadmap", ROADMAP_COLUMNS), ("runs", RUNS_COLUMNS)]:
+    for table, columns in [("roadmap", ROADMAP_COLUMNS), ("runs", RUNS_COLUMNS), ("regressions", REGRESSION_COLUMNS)]:
         html = page.split(f'<table id="{table}">', 1)[1].split("</table>", 1)[0]
         head, body = html.split("<tbody>", 1)
         assert re.findall(r'<th title="([^"]+)">([^<]+)</th>', head) == [
@@ -165,3 +165,27 @@ def test_a_batch_run_shows_the_commit_and_code_hash_its_shards_ran(store, tmp_pa
                 f'<td><code title="{"c0de" * 10}">{"c0de" * 2}c0</code></td>') in row
     else:   # a run records one code: none rather than one shard's
         assert "<td>—</td><td>—</td>" in row
+
+
+def test_a_regression_shows_its_triage_verdict_and_first_bad_commit_beside_it(store, tmp_path):
+    from sqlalchemy import text
+
+    from jobs.gates.bisect import bisect
+    from jobs.gates.triage import record_culprit, record_shift_check
+    build_history(store)
+    with store.engine.connect() as conn:
+        (cp,) = conn.execute(text("SELECT * FROM v_change_points WHERE is_regression")).all()
+    page = render_dashboard(store, tmp_path / "before", now=NOW).read_text()
+    row = page.split('<table id="regressions">', 1)[1].split("</tr>", 2)[1]
+    assert f"<td class=\"num\">{cp.change_point_id}</td>" in row and "not triaged yet" in row
+
+    shas = [cp.before_git_sha, "ab" * 20, cp.after_git_sha]
+    check, _ = record_shift_check(store, cp.series, "output_tok_s", "higher", shas[0], shas[2],
+                                  {f"g{i}": 1200.0 + i for i in range(5)}, {f"b{i}": 1000.0 + i for i in range(5)},
+                                  change_point_id=cp.change_point_id)
+    found = bisect(shas, [1200.0] * 5, [1000.0] * 5, lambda sha: [1001.0], max_runs=5, runs_per_probe=1)
+    record_culprit(store, cp.series, "output_tok_s", found, [1200.0] * 5, [1000.0] * 5, {}, shift_check_id=check)
+    page = render_dashboard(store, tmp_path / "after", now=NOW).read_text()
+    row = page.split('<table id="regressions">', 1)[1].split("</tr>", 2)[1]
+    assert f"confirmed (check {check})" in row and "-16.6 [" in row   # medians 1202 -> 1002
+    assert "ab" * 5 in row and "not triaged yet" not in row     # the bisect's first bad commit

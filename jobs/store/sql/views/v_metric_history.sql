@@ -3,6 +3,10 @@
 -- series: what the figure is compared within (jobs/store/ingest.py series_identity).
 -- Rows recorded before series existed (migration 0004) derive theirs from the run's
 -- fingerprint and the engine, as change points were then found: history is not edited.
+-- Re-measurements of older commits (bench --ref, kind 'bench-at-ref': regression triage)
+-- are left out: they are the evidence of their shift checks and culprits, but in history
+-- they would sit at the hour they ran among later commits' figures, and move gates and
+-- change points.
 SELECT
     m.id AS metric_id,
     m.run_id,
@@ -32,5 +36,6 @@ SELECT
     m.std
 FROM metrics m
 JOIN runs r ON r.id = m.run_id
-WHERE NOT EXISTS (SELECT 1 FROM metrics s WHERE s.supersedes_id = m.id)
+WHERE r.kind <> 'bench-at-ref'
+  AND NOT EXISTS (SELECT 1 FROM metrics s WHERE s.supersedes_id = m.id)
   AND NOT EXISTS (SELECT 1 FROM runs s WHERE s.supersedes_id = r.id)
