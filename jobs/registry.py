@@ -46,11 +46,14 @@ METRICS: dict[str, MetricSpec] = {
     "decode_step_s": MetricSpec("s", "lower"),
     "roofline_ratio": MetricSpec("x", "lower"),
     "memory_other_frac": MetricSpec("fraction", "lower"),
+    # The CPU GEMMs of one decode step (benchmarks/cpu_matmul.py): every layer's projections and the head.
+    "gemm_step_s": MetricSpec("s", "lower"),
     # The bench job itself (engine "job"): its wall time outside the engines, and that as a share of its wall.
     "job_overhead_s": MetricSpec("s", "lower"),
     "job_overhead_frac": MetricSpec("fraction", "lower"),
 }
 
-# Micro-benchmarks roadmap rows may name besides the workloads (benchmarks/decode_step.py).
-MICROBENCHMARKS: frozenset[str] = frozenset({"decode-step-b256-c1024", "decode-step-b1-c256"})
+# Micro-benchmarks roadmap rows may name besides the workloads (benchmarks/decode_step.py,
+# benchmarks/cpu_matmul.py).
+MICROBENCHMARKS: frozenset[str] = frozenset({"decode-step-b256-c1024", "decode-step-b1-c256", "cpu-gemm-step"})
 

@@ -190,3 +190,13 @@ def test_cpu_logits_are_float32_within_the_head_dtype_rounding(dtype, bound):
     exact = hidden.double() @ head.double().t()
     assert out.dtype == torch.float32 and out.shape == (5, 4096)
     assert ((out.double() - exact).abs() <= exact.abs() * bound + 1e-5).all()
+
+
+@pytest.mark.parametrize("rows", [1, 8, 64])
+def test_cpu_float32_linear_is_exact_to_float32_sums(rows):
+    # On CPU the float32 projections go through oneDNN's inner product instead of MKL's sgemm.
+    weight, x = torch.randn(960, 576), torch.randn(rows, 576)
+    out = TorchOps().linear(x, weight)
+    exact = x.double() @ weight.double().t()
+    assert out.dtype == torch.float32 and out.shape == (rows, 960)
+    assert ((out.double() - exact).abs() <= 1e-5 * (x.double().abs() @ weight.double().abs().t())).all()
