@@ -32,7 +32,7 @@ GPU_QUEUE = "gpu"
 TASK_RUNNER = os.environ.get("ROADGATE_TASK_RUNNER", "local")
 GPU_IMAGE = os.environ.get("ROADGATE_GPU_IMAGE", "roadgate-gpu-worker:latest")
 # What a container needs to reach the store and the shared data directory.
-FORWARDED_ENV = ("ROADGATE_DATA_DIR", "ROADGATE_DB_URL", "ROADGATE_PARQUET_ROOT")
+FORWARDED_ENV = ("ROADGATE_DATA_DIR", "ROADGATE_DB_URL", "ROADGATE_PARQUET_ROOT", "ROADGATE_GIT_REPO")
 # Object storage's settings (jobs/storage.py): private, so the secrets are not rendered in the UI.
 FORWARDED_SECRETS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
                      "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")
@@ -76,12 +76,16 @@ def gpu_task(**kwargs):
         # on the host (Docker's count=1 would give every container the same first GPU).
         leases = settings.gpu_lease_dir()
         leases.mkdir(parents=True, exist_ok=True)   # a bind mount's source must exist
+        # The image has no .git: bench --ref (regression triage) takes commits from the host's
+        # checkout named by ROADGATE_GIT_REPO, writable (git worktree records itself there).
+        git_repo = os.environ.get("ROADGATE_GIT_REPO")
+        repo_mount = [Mount(target=git_repo, source=git_repo, type="bind")] if git_repo else []
         return task.docker(
             image=GPU_IMAGE, pool=GPU_POOL, queue=GPU_QUEUE,
             device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])],
             # The data directory (staging, Parquet, SQLite) at the same path inside and out.
             mounts=[Mount(target=data_dir, source=data_dir, type="bind"),
-                    Mount(target=str(leases), source=str(leases), type="bind")],
+                    Mount(target=str(leases), source=str(leases), type="bind"), *repo_mount],
             environment={name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
             | {"ROADGATE_DATA_DIR": data_dir, "ROADGATE_GPU_LEASE_DIR": str(leases)},
             private_environment={name: os.environ[name] for name in FORWARDED_SECRETS if name in os.environ},

@@ -7,6 +7,7 @@ change point can be bisected to a commit without touching the current checkout.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -15,7 +16,9 @@ from typing import Iterator
 
 from jobs.errors import RefError
 
-REPO = Path(__file__).resolve().parent.parent
+# The checkout commits are taken from: this code's own, or $ROADGATE_GIT_REPO where this code
+# has none (the docker runner's GPU image, into which dags/roadgate_common.py mounts the host's).
+REPO = Path(os.environ.get("ROADGATE_GIT_REPO") or Path(__file__).resolve().parent.parent)
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:

@@ -59,7 +59,8 @@ def test_the_gates_are_evaluated_once_per_landing_by_gate_evaluation_alone(airfl
     assert [t.task_id for t in gates.task_dict["evaluate"].downstream_list] == ["report"]
 
 
-def _parse_in_subprocess(runner: str, leases: Path | None = None, data: Path | None = None) -> subprocess.CompletedProcess:
+def _parse_in_subprocess(runner: str, leases: Path | None = None, data: Path | None = None,
+                         git_repo: Path | None = None) -> subprocess.CompletedProcess:
     script = (
         "import json, sys\n"
         "from airflow.dag_processing.dagbag import BundleDagBag\n"
@@ -73,11 +74,13 @@ def _parse_in_subprocess(runner: str, leases: Path | None = None, data: Path | N
         "                       'devices': [d['Capabilities'] + [d['Count']] for d in kw['device_requests']],\n"
         "                       'image': kw['image'], 'pool': t.pool, 'queue': t.queue,\n"
         "                       'private_env': sorted(kw.get('private_environment') or {}),\n"
-        "                       'mounts': sorted(m['Target'] for m in kw['mounts'])}\n"
+        "                       'mounts': sorted(m['Target'] for m in kw['mounts']),\n"
+        "                       'env': sorted(kw.get('environment') or {})}\n"
         "print(json.dumps(out, default=str))\n")
     env = {**os.environ, "ROADGATE_TASK_RUNNER": runner, "ROADGATE_GPU_IMAGE": "roadgate-gpu-worker:test",
            "AWS_ACCESS_KEY_ID": "test-key", "AWS_SECRET_ACCESS_KEY": "test-secret",
-           **({"ROADGATE_GPU_LEASE_DIR": str(leases), "ROADGATE_DATA_DIR": str(data)} if leases else {})}
+           **({"ROADGATE_GPU_LEASE_DIR": str(leases), "ROADGATE_DATA_DIR": str(data)} if leases else {}),
+           **({"ROADGATE_GIT_REPO": str(git_repo)} if git_repo else {})}
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO)
 
 
@@ -96,6 +99,18 @@ def test_docker_runner_puts_gpu_tasks_in_the_gpu_image_with_the_hosts_gpu_leases
         assert placed["image"] == "roadgate-gpu-worker:test"
         assert (placed["pool"], placed["queue"]) == ("gpu", "gpu")
         assert placed["private_env"] == ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]   # object storage's keys
+
+
+def test_docker_runner_mounts_the_hosts_checkout_for_bench_at_a_ref(airflow_env, tmp_path):
+    leases, data, repo = tmp_path / "leases", tmp_path / "data", tmp_path / "checkout"
+    out = _parse_in_subprocess("docker", leases, data, git_repo=repo)
+    assert out.returncode == 0, out.stderr[-2000:]
+    placed = json.loads(out.stdout.strip().splitlines()[-1])["nightly_benchmark"]
+    assert placed["mounts"] == sorted([str(data), str(leases), str(repo)])
+    assert "ROADGATE_GIT_REPO" in placed["env"]
+    found = subprocess.run([sys.executable, "-c", "from jobs import git_ref; print(git_ref.REPO)"], cwd=REPO,
+                           capture_output=True, text=True, env={**os.environ, "ROADGATE_GIT_REPO": str(repo)})
+    assert found.stdout.strip() == str(repo)      # where bench --ref takes its commits from, inside
 
 
 def test_an_unknown_task_runner_is_refused_by_name(airflow_env):
