@@ -7,18 +7,21 @@ change point can be bisected to a commit without touching the current checkout.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from jobs import settings
 from jobs.errors import RefError
 
-# The checkout commits are taken from: this code's own, or $ROADGATE_GIT_REPO where this code
-# has none (the docker runner's GPU image, into which dags/roadgate_common.py mounts the host's).
-REPO = Path(os.environ.get("ROADGATE_GIT_REPO") or Path(__file__).resolve().parent.parent)
+REPO = Path(__file__).resolve().parent.parent
+
+
+def default_checkout() -> Path:
+    """Where commits are taken from: settings.git_repo() where set, else this code's own checkout."""
+    return settings.git_repo() or REPO
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
@@ -27,7 +30,7 @@ def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
 
 def resolve_commit(ref: str, repo: Path | None = None) -> str:
     """The full sha of the commit `ref` names in `repo` (this checkout by default)."""
-    repo = repo or REPO
+    repo = repo or default_checkout()
     if _git(repo, "rev-parse", "--git-dir").returncode != 0:
         raise RefError(f"--ref needs a git checkout of roadgate; {repo} is not one")
     # --end-of-options and the ^{commit} peel keep a ref that looks like an option, or names a tree, out.
@@ -40,7 +43,7 @@ def resolve_commit(ref: str, repo: Path | None = None) -> str:
 @contextlib.contextmanager
 def worktree_at(sha: str, repo: Path | None = None) -> Iterator[Path]:
     """A temporary detached worktree of commit `sha`; removed on exit, whatever happened."""
-    repo = repo or REPO
+    repo = repo or default_checkout()
     parent = Path(tempfile.mkdtemp(prefix="roadgate-ref-"))
     tree = parent / sha[:12]
     added = _git(repo, "worktree", "add", "--detach", "--quiet", str(tree), sha)
@@ -57,7 +60,7 @@ def worktree_at(sha: str, repo: Path | None = None) -> Iterator[Path]:
 def first_parent_commits(good: str, bad: str, repo: Path | None = None) -> list[str]:
     """`good`, then the first-parent commits after it up to `bad`, oldest first (full shas):
     what a bisect between them walks."""
-    repo = repo or REPO
+    repo = repo or default_checkout()
     good_sha, bad_sha = resolve_commit(good, repo), resolve_commit(bad, repo)
     if _git(repo, "merge-base", "--is-ancestor", good_sha, bad_sha).returncode != 0:
         raise RefError(f"{good} is not an ancestor of {bad}: nothing to bisect between them")

@@ -56,6 +56,14 @@ def scratch_dir() -> Path:
     return Path(_read("ROADGATE_SCRATCH_DIR") or Path(tempfile.gettempdir()) / "roadgate-scratch")
 
 
+def git_repo() -> Path | None:
+    """ROADGATE_GIT_REPO: the git checkout `bench --ref` takes commits from where the running code
+    has none (the docker runner's GPU image, into which dags/roadgate_common.py mounts the host's);
+    None: the code's own checkout (jobs.git_ref)."""
+    value = _read("ROADGATE_GIT_REPO")
+    return Path(value) if value else None
+
+
 def gpu_lease_dir() -> Path:
     """ROADGATE_GPU_LEASE_DIR: this host's GPU lease files (jobs.gpu_lease), shared by every task
     on the host, containers included; DEFAULT_GPU_LEASE_DIR."""

@@ -108,7 +108,7 @@ def test_docker_runner_mounts_the_hosts_checkout_for_bench_at_a_ref(airflow_env,
     placed = json.loads(out.stdout.strip().splitlines()[-1])["nightly_benchmark"]
     assert placed["mounts"] == sorted([str(data), str(leases), str(repo)])
     assert "ROADGATE_GIT_REPO" in placed["env"]
-    found = subprocess.run([sys.executable, "-c", "from jobs import git_ref; print(git_ref.REPO)"], cwd=REPO,
+    found = subprocess.run([sys.executable, "-c", "from jobs import git_ref; print(git_ref.default_checkout())"], cwd=REPO,
                            capture_output=True, text=True, env={**os.environ, "ROADGATE_GIT_REPO": str(repo)})
     assert found.stdout.strip() == str(repo)      # where bench --ref takes its commits from, inside
 
