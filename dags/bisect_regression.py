@@ -51,12 +51,10 @@ def bisect_regression():
     # On a GPU worker: its bench runs take the GPU lease and the preflight as any bench does.
     @gpu_task(outlets=[RESULTS])
     def triage(params=None, triggering_asset_events=None) -> list[dict]:
-        from jobs.gates.triage_chain import run_triage
+        from jobs.gates.triage_chain import run_triages
         suspected = [change_point_id for events in (triggering_asset_events or {}).values() for event in events
                      for change_point_id in (event.extra or {}).get("change_point_ids", [])]
-        if not suspected:                      # triggered by hand: the params say what to triage
-            return [run_triage(dict(params))]
-        return [run_triage(dict(params) | {"change_point_id": change_point_id}) for change_point_id in suspected]
+        return run_triages(dict(params), suspected)
 
     triage()
 

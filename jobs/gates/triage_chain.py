@@ -188,3 +188,11 @@ def run_triage(params: dict) -> dict:
     return {"shift_check_id": found.shift_check_id, "verdict": "confirmed" if found.shift.confirmed else "noise",
             "change": found.shift.change, "culprit_id": found.culprit_id, "stopped": b.stopped if b else None,
             "first_bad": b.first_bad if b and b.found else None, "report": str(path)}
+
+
+def run_triages(params: dict, change_point_ids: list[int]) -> list[dict]:
+    """The bisect DAG's task: each suspected change point in turn (the asset event's), or, with
+    none (a run triggered by hand), what the params name; the verdicts in order."""
+    if not change_point_ids:
+        return [run_triage(params)]
+    return [run_triage(params | {"change_point_id": change_point_id}) for change_point_id in change_point_ids]

@@ -119,3 +119,12 @@ def test_a_change_point_stands_for_its_runs_commits_workload_and_engine(store):
         triage_params({"change_point_id": 999}, store)
     with pytest.raises(UsageError, match="record no commit"):
         triage_params({"change_point_id": blind}, store)
+
+
+def test_the_dag_task_triages_each_suspected_change_point_else_the_params(default_store):
+    from jobs.errors import UsageError
+    from jobs.gates.triage_chain import run_triages
+    with pytest.raises(UsageError, match="no change point 999"):      # the asset event's id is what is triaged
+        run_triages({"change_point_id": None}, [999])
+    with pytest.raises(UsageError, match="missing parameter"):         # by hand: the params alone
+        run_triages({"good": "HEAD~1", "bad": "HEAD"}, [])
