@@ -5,6 +5,8 @@ file and a local Parquet dataset under the data directory, unless the environmen
 """
 from __future__ import annotations
 
+import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +25,28 @@ def normalize_url(url: str) -> str:
     return url
 
 
+SQLITE_BUSY_TIMEOUT_S = 60
+
+
+def _enter_wal(cursor) -> None:
+    """Switch the file to WAL, waiting out other connections that hold it.
+
+    On a fresh file the switch needs an exclusive lock, and SQLite answers "database is locked"
+    at once, without its busy handler, when another connection is mid-transaction (it would
+    otherwise risk a deadlock): eight processes opening a new store together lost one of
+    theirs that way. So retry, within the same deadline the busy handler gives everything else.
+    """
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def make_engine(url: str) -> Engine:
     url = normalize_url(url)
     if url.startswith("postgresql+psycopg:") and "connect_timeout" not in url:
@@ -33,7 +57,7 @@ def make_engine(url: str) -> Engine:
     path = url.split("///", 1)[-1]
     if path and path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"timeout": 60})
+    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
 
     @event.listens_for(engine, "connect")
     def _sqlite_pragmas(dbapi_connection, _record):
@@ -43,7 +67,7 @@ def make_engine(url: str) -> Engine:
         cursor = dbapi_connection.cursor()
         # WAL lets readers run beside one writer; foreign keys are off by default in SQLite;
         # recursive triggers make REPLACE's implicit delete fire the DELETE triggers.
-        cursor.execute("PRAGMA journal_mode=WAL")
+        _enter_wal(cursor)
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA recursive_triggers=ON")
         cursor.close()

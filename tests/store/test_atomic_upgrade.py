@@ -6,12 +6,14 @@ import os
 import signal
 import sqlite3
 import sys
+import threading
 
 import pyarrow as pa
 from sqlalchemy import Engine, event, text
 
 from jobs.cli import main
 from jobs.store import open_ready_store, open_store, record_run, upgrade
+from jobs.store.db import make_engine
 from jobs.store.parquet import read_run_requests
 from jobs.store.views import VIEWS
 from tests.store_support import metrics, nightly
@@ -84,6 +86,22 @@ def test_concurrent_upgrades_of_a_fresh_store_all_succeed(db_url):
         for view in VIEWS:
             conn.execute(text(f"SELECT * FROM {view}")).all()
     store.engine.dispose()
+
+
+def test_opening_a_fresh_sqlite_file_waits_for_a_writer_instead_of_failing(tmp_path):
+    # SQLite refuses the switch to WAL at once, busy handler or not, while another connection
+    # is mid-write on a fresh file: this was the concurrent-upgrade test's rare failure.
+    path = tmp_path / "fresh.db"
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("CREATE TABLE first_writer (x)")
+    threading.Timer(0.5, writer.execute, args=("COMMIT",)).start()
+    engine = make_engine(f"sqlite:///{path}")
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("SELECT COUNT(*) FROM first_writer").scalar() == 0
+    engine.dispose()
+    writer.close()
 
 
 WRITES = ("CREATE", "DROP", "ALTER", "INSERT", "UPDATE", "DELETE", "GRANT", "REVOKE")
