@@ -11,6 +11,9 @@ import os
 from dataclasses import dataclass, fields
 
 BACKENDS = ("auto", "cuda", "torch")
+# none: every weight dequantized to the dtype. gguf: a GGUF file's 4-bit matrices run as they are
+# stored (engine.quantized; the torch backend on CPU), the rest dequantized to the dtype.
+QUANTIZATIONS = ("none", "gguf")
 DTYPES = ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
 
 # Tuning knobs of the cuda backend that a benchmark sweep sets from the environment.
@@ -23,7 +26,8 @@ ENV_OVERRIDES = {"decode_waves": ("ROADGATE_DECODE_WAVES", float),
 class EngineConfig:
     model: str
     backend: str = "auto"                 # auto: cuda where it can run, else torch
-    dtype: str = "auto"                   # auto: bfloat16 on a GPU, float32 on CPU
+    dtype: str = "auto"                   # auto: bfloat16 on a GPU, float32 on CPU (see LLM)
+    quantization: str = "none"
     device: str | None = None             # default: cuda for the cuda backend, else cpu
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
@@ -49,6 +53,8 @@ class EngineConfig:
             raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
+        if self.quantization not in QUANTIZATIONS:
+            raise ValueError(f"unknown quantization {self.quantization!r}; choose one of {', '.join(QUANTIZATIONS)}")
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
         if self.max_model_len is not None and self.max_model_len < 1:   # 0 would silently mean "the model's"

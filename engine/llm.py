@@ -8,6 +8,7 @@ from typing import Iterable, Iterator, Sequence as Seq, Union
 
 import torch
 
+from engine import quantized
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.detokenizer import StopChecker
@@ -27,10 +28,30 @@ _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16"
 _DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-def _resolve_dtype(dtype: str, device: torch.device) -> str:
-    if dtype == "auto":
-        return "bfloat16" if device.type == "cuda" else "float32"
-    return _DTYPE_ALIASES.get(dtype, dtype)
+def _resolve_dtype(dtype: str, device: torch.device, quantization: str) -> str:
+    if dtype != "auto":
+        return _DTYPE_ALIASES.get(dtype, dtype)
+    if device.type == "cuda":
+        return "bfloat16"
+    # Dense weights: float32, exact to HF's float32. Quantized ones meet bf16 activations in
+    # their matmul anyway; the rest runs in bf16 where the CPU has it, else in float32.
+    return "bfloat16" if quantization != "none" and quantized.native_bf16() else "float32"
+
+
+def _check_quantization(config: EngineConfig, backend: str, device: torch.device, source) -> None:
+    if config.quantization == "none":
+        return
+    if backend != "torch" or device.type != "cpu":
+        raise ValueError(f"quantization {config.quantization!r} runs on the torch backend on CPU, "
+                         f"not the {backend} backend on {device.type}")
+    if not quantized.available():
+        raise ValueError(f"quantization {config.quantization!r} needs torch >= 2.5 "
+                         f"(aten._weight_int4pack_mm_for_cpu); this is torch {torch.__version__}")
+    if source.load_int4_weights is None:
+        raise ValueError(f"quantization {config.quantization!r} needs a GGUF model with 4-bit (Q4_0/Q4_1) "
+                         f"weights; {source.name} has none")
+
+
 DEFAULT_CPU_KV_TOKENS = 16384
 
 
@@ -42,22 +63,26 @@ class LLM:
     def __init__(self, model: str, **settings):
         """`settings` are EngineConfig's fields (backend, dtype, max_num_seqs, ...)."""
         requested = EngineConfig.from_env(model, **settings)
-        backend = select_backend(requested.backend)
+        quantize = requested.quantization != "none"
+        # Quantized weights run on the torch backend only: `auto` means it, even beside a GPU.
+        backend = select_backend("torch" if quantize and requested.backend == "auto" else requested.backend)
         # The torch backend runs on any device (the GPU too, as the kernels' oracle).
         self.device = torch.device(requested.device or ("cuda" if backend == "cuda" else "cpu"))
         if backend == "cuda" and self.device.type != "cuda":
             raise ValueError("backend 'cuda' runs on a CUDA device only")
-        self.dtype = _TORCH_DTYPES[_resolve_dtype(requested.dtype, self.device)]
+        dtype = _resolve_dtype(requested.dtype, self.device, requested.quantization)
+        self.dtype = _TORCH_DTYPES[dtype]
         self.source = resolve(model)
+        _check_quantization(requested, backend, self.device, self.source)
         self.model_config = c = self.source.config
         self.tokenizer = self.source.tokenizer
         if requested.max_model_len is not None and requested.max_model_len > c.max_position:
             raise ValueError(f"max_model_len {requested.max_model_len} exceeds the model's context "
                              f"length {c.max_position}")
-        config = replace(requested, backend=backend, device=str(self.device),
-                         dtype=_resolve_dtype(requested.dtype, self.device))
+        config = replace(requested, backend=backend, device=str(self.device), dtype=dtype)
 
-        weights = dict(self.source.load_weights(self.device, self.dtype))
+        load = self.source.load_int4_weights if quantize else self.source.load_weights
+        weights = dict(load(self.device, self.dtype))
         max_pos = min(config.max_model_len or c.max_position, c.max_position)
         self.model = LlamaModel(c, weights, make_ops(config), self.device, self.dtype, max_pos)
         del weights

@@ -12,6 +12,7 @@ import torch
 
 from engine.model_config import ModelConfig
 from engine.ops import AttentionMetadata, LayerShape, LayerWeights, Ops, Step
+from engine.quantized import Int4Weight, PackedInt4
 
 
 def rope_cos_sin(config: ModelConfig, max_position: int, device) -> torch.Tensor:
@@ -44,15 +45,29 @@ class LlamaModel:
         self.ops = ops
         c = config
 
-        def take(name: str) -> torch.Tensor:
+        def pop(name: str) -> torch.Tensor | Int4Weight:
             if name not in weights:
                 raise ValueError(f"weights lack tensor {name}")
-            return weights.pop(name).to(device=device, dtype=dtype)
+            return weights.pop(name)
 
-        def fused(*names: str) -> torch.Tensor:
-            return torch.cat([take(n) for n in names], dim=0).contiguous()
+        def place(w: torch.Tensor | Int4Weight) -> torch.Tensor | PackedInt4:
+            return w.pack() if isinstance(w, Int4Weight) else w.to(device=device, dtype=dtype)
 
-        self.embed = take("model.embed_tokens.weight")
+        def take(name: str) -> torch.Tensor | PackedInt4:
+            return place(pop(name))
+
+        def take_dense(name: str) -> torch.Tensor:
+            w = pop(name)
+            return place(w.dequantize() if isinstance(w, Int4Weight) else w)
+
+        def fused(*names: str) -> torch.Tensor | PackedInt4:
+            parts = [pop(n) for n in names]
+            if all(isinstance(p, Int4Weight) for p in parts):
+                return place(Int4Weight.cat(parts))
+            # A file mixing types inside one fused group runs that group dense.
+            return place(torch.cat([p.dequantize() if isinstance(p, Int4Weight) else p for p in parts]).contiguous())
+
+        self.embed = take_dense("model.embed_tokens.weight")   # looked up by rows, not multiplied
         self.layers = []
         for i in range(c.num_layers):
             p = f"model.layers.{i}."
@@ -69,28 +84,30 @@ class LlamaModel:
         self.cos_sin = rope_cos_sin(c, max_position, device)
         self.shape = LayerShape(c.num_heads, c.num_kv_heads, c.head_dim, c.head_dim ** -0.5, c.rms_norm_eps)
 
-    @property
-    def num_parameters(self) -> int:
-        tensors = [self.embed, self.norm] + [t for l in self.layers for t in vars(l).values()]
-        if not self.config.tie_word_embeddings:
-            tensors.append(self.lm_head)
-        return sum(t.numel() for t in tensors)
-
-    def tensors(self):
-        """Every tensor the model holds on its device, each once (a tied head is the embedding)."""
-        yield from (self.embed, self.norm, self.cos_sin)
+    def weights(self):
+        """Every weight the model holds, each once (a tied head is the embedding)."""
+        yield from (self.embed, self.norm)
         if self.lm_head is not self.embed:
             yield self.lm_head
         for layer in self.layers:
             yield from vars(layer).values()
 
+    @property
+    def num_parameters(self) -> int:
+        return sum(w.num_parameters if isinstance(w, PackedInt4) else w.numel() for w in self.weights())
+
+    def tensors(self):
+        """Every tensor the model holds on its device (packed weights as their parts)."""
+        for w in (*self.weights(), self.cos_sin):
+            yield from (w.packed, w.scale_zero) if isinstance(w, PackedInt4) else (w,)
+
     def decode_bytes(self) -> int:
         """Weight bytes one decode step reads: every layer, the final norm, the head
         (an untied embedding only at the step's token rows, which is negligible)."""
-        read = [t for t in self.tensors() if t is not self.cos_sin and t is not self.embed]
+        read = [w for w in self.weights() if w is not self.embed]
         if self.lm_head is self.embed:
             read.append(self.lm_head)
-        return sum(t.numel() * t.element_size() for t in read)
+        return sum(w.nbytes if isinstance(w, PackedInt4) else w.numel() * w.element_size() for w in read)
 
     def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                 kv_cache: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,9 @@ from jobs.errors import WorkloadError
 SOURCES = ("random_tokens", "chat_file")
 HARDWARE = ("gpu", "cpu", "any")
 DTYPES = ("auto", "float32", "bfloat16")
+# How our engine holds a GGUF's weights (engine.config.QUANTIZATIONS): none dequantizes them;
+# gguf runs its 4-bit matrices as stored. The peers run as ever: HF dequantized, llama.cpp the file.
+QUANTIZATIONS = ("none", "gguf")
 MAX_NAME = 64   # runs.workload's length in the results store
 # Random prompts avoid the low ids where tokenizers keep their special tokens.
 TOKEN_RANGE = (100, 10000)
@@ -50,6 +53,7 @@ class Workload:
     min_agreement: float | None
     chat_path: Path | None = None
     dtype: str = "auto"         # the compute dtype of the engines that take one (ours, hf); auto: theirs
+    quantization: str = "none"  # how ours holds the weights (QUANTIZATIONS)
     top_p: float = 1.0
     top_k: int = 0
     # Its prompts share prefixes by design (a common system prompt): prefix-cache hits inside
@@ -191,6 +195,9 @@ def _parse(name: str, spec, base: Path) -> Workload:
     dtype = spec.get("dtype", "auto")
     if dtype not in DTYPES:
         fail("dtype", f"must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    quantization = spec.get("quantization", "none")
+    if quantization not in QUANTIZATIONS:
+        fail("quantization", f"must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}")
     shared_prefixes = spec.get("shared_prefixes", False)
     if not isinstance(shared_prefixes, bool):
         fail("shared_prefixes", f"must be true or false, got {shared_prefixes!r}")
@@ -205,6 +212,6 @@ def _parse(name: str, spec, base: Path) -> Workload:
         seed=need(spec, "seed", int, "seed"), hardware=hardware,
         min_duration_s=need(validity, "min_duration_s", float, "validity.min_duration_s"),
         min_requests=need(validity, "min_requests", int, "validity.min_requests"),
-        min_agreement=min_agreement, chat_path=chat_path, dtype=dtype,
+        min_agreement=min_agreement, chat_path=chat_path, dtype=dtype, quantization=quantization,
         top_p=float(sampling.get("top_p", 1.0)), top_k=int(sampling.get("top_k", 0)),
         shared_prefixes=shared_prefixes, max_foreign_cpus=float(max_foreign_cpus), spec=spec)

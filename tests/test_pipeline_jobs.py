@@ -18,7 +18,7 @@ from tests.conftest import CHAT_PROMPTS
 
 def test_cpu_defaults_run_ours_and_both_peers_and_measure_agreement_against_hf():
     config = nightly.resolve_config(gpu_present=lambda: False)
-    workloads = ("cpu-small", "cpu-small-bf16", "chat-16x64")
+    workloads = ("cpu-small", "cpu-small-bf16", "cpu-small-q4", "chat-16x64")
     assert config.profile == "cpu" and config.workloads == workloads and config.backend == "torch"
     expected = ("ours", "hf", "llamacpp")
     assert config.engines == expected and config.reference == "hf"

@@ -36,8 +36,14 @@ IDENTITY_KEYS = {
 }
 
 
+# Identifying where present, and absent from the runs made before they existed: adding one
+# must not split those runs' series from the ones that follow.
+OPTIONAL_IDENTITY_KEYS = {"ours": ("quantization",)}
+
+
 def identity(name: str, config: dict) -> dict:
-    return {key: config.get(key) for key in IDENTITY_KEYS[name]}
+    return {key: config.get(key) for key in IDENTITY_KEYS[name]} | \
+        {key: config[key] for key in OPTIONAL_IDENTITY_KEYS.get(name, ()) if key in config}
 
 
 def model_digest(model: str) -> str:

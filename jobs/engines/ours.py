@@ -29,7 +29,7 @@ def run(workload: Workload, model: str, backend: str = "auto", max_num_seqs: int
         max_num_batched_tokens: int = 8192, dtype: str = "auto") -> EngineRun:
     from engine import LLM, SamplingParams
     llm = LLM(model, backend=backend, dtype=dtype, max_num_seqs=max_num_seqs,
-              max_num_batched_tokens=max_num_batched_tokens)
+              max_num_batched_tokens=max_num_batched_tokens, quantization=workload.quantization)
     requests = workload.requests()
     prompts = [llm.encode_prompt(r.prompt) for r in requests]
     params = [workload.sampling_params(r, i) for i, r in enumerate(requests)]
@@ -68,5 +68,7 @@ def run(workload: Workload, model: str, backend: str = "auto", max_num_seqs: int
     config = {"engine": "ours", "backend": llm.backend, "dtype": str(llm.dtype).removeprefix("torch."),
               "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
               "kv_cache_blocks": after["kv_cache_blocks"], "block_size": after["block_size"]}
+    if workload.quantization != "none":   # keyed only where set: dense runs keep their series
+        config["quantization"] = workload.quantization
     print("host seconds by phase:", host)
     return EngineRun("ours", config, completions, wall, extra)

@@ -1,0 +1,92 @@
+"""The GGUF's own 4-bit weights, run as they are stored: torch's int4 weight-only matmul on CPU.
+
+A Q4_0 / Q4_1 tensor is 32-element blocks along each row, each block w = q * d + m with
+q in 0..15 (Q4_0: m = -8 d). `Int4Weight` keeps exactly that (the integers and the per-block
+d and m); `PackedInt4` is its form for `aten._weight_int4pack_mm_for_cpu`, which computes
+x @ ((q - 8) * scale + zero)^T per group of 32 with bf16 activations: scale = d and
+zero = m + 8 d, the same numbers rounded to bf16. The step streams a quarter of the bytes of
+bf16 weights and an eighth of float32 ones.
+
+Rounding: the activations and the block factors enter the kernel as bf16 (the kernel's
+float32 variant is a scalar loop, ~50x slower here); tests/test_quantized.py bounds the error.
+The Q8_0 tensor of such files (the embedding, the tied head) is not packed: torch's int8
+weight-only matmul takes one scale per row, and requantizing Q8_0's per-block scales to it
+moved the head's argmax on 1 row in 8 (measured); it runs dequantized.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+GROUP = 32                   # elements per GGUF block, and per group of the packed kernel
+_INNER_TILES = 8             # _convert_weight_to_int4pack_for_cpu's inner K tiles (its CPU layout)
+
+
+def available() -> bool:
+    """Whether this torch has the CPU int4 weight-only matmul (torch >= 2.5)."""
+    return hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu")
+
+
+def native_bf16() -> bool:
+    """Whether this CPU computes in bf16 natively (AVX-512 BF16 or AMX); elsewhere bf16 is emulated
+    and float32 is the faster activation type. Read from /proc/cpuinfo (Linux); False elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+@dataclass
+class Int4Weight:
+    """A [N, K] weight as GGUF 4-bit blocks: w[n, g*32 + j] = q[n, g*32 + j] * d[n, g] + m[n, g]."""
+    q: torch.Tensor       # [N, K] int32, 0..15
+    d: torch.Tensor       # [N, K/32] float32 (exactly the file's float16 values)
+    m: torch.Tensor       # [N, K/32] float32
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.q.shape)
+
+    def dequantize(self) -> torch.Tensor:
+        n, k = self.shape
+        blocks = self.q.reshape(n, k // GROUP, GROUP).float() * self.d[..., None] + self.m[..., None]
+        return blocks.reshape(n, k)
+
+    def map_rows(self, fn) -> Int4Weight:
+        """The same weight with its rows rearranged by `fn` (applied to q, d and m alike)."""
+        return Int4Weight(fn(self.q), fn(self.d), fn(self.m))
+
+    @staticmethod
+    def cat(parts: list[Int4Weight]) -> Int4Weight:
+        """Rows stacked, as torch.cat(dim=0) of the dense weights would be."""
+        return Int4Weight(*(torch.cat([getattr(p, f) for p in parts]) for f in ("q", "d", "m")))
+
+    def pack(self) -> PackedInt4:
+        n, k = self.shape
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(self.q.contiguous(), _INNER_TILES)
+        scale_zero = torch.stack([self.d, self.m + 8 * self.d], dim=-1).transpose(0, 1).contiguous()
+        return PackedInt4(packed, scale_zero.to(torch.bfloat16), n, k)
+
+
+@dataclass
+class PackedInt4:
+    """An int4 weight in torch's CPU packed layout; `matmul(x)` is x @ w^T in x's dtype."""
+    packed: torch.Tensor        # uint8, the kernel's layout
+    scale_zero: torch.Tensor    # [K/32, N, 2] bf16
+    out_features: int
+    in_features: int
+
+    @property
+    def num_parameters(self) -> int:
+        return self.out_features * self.in_features
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.packed, self.scale_zero))
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), self.packed, GROUP, self.scale_zero)
+        return y.to(x.dtype)
