@@ -154,6 +154,9 @@ def register(sub) -> None:
                    help="auto: cuda where a GPU, PyCUDA and nvcc exist, else torch")
     p.add_argument("--dtype", default="auto",
                    help="float32, bfloat16 or float16; auto: bfloat16 on a GPU, float32 on CPU")
+    p.add_argument("--quantization", default="none", choices=["none", "gguf"],
+                   help="gguf: run a GGUF's own 4-bit (Q4_0/Q4_1) weights as stored, on the torch backend "
+                        "on CPU (auto dtype: bfloat16 where the CPU has it natively, else float32)")
     p.add_argument("--max-tokens", type=int, default=256, help="most output tokens per row")
     p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 keeps every token)")
@@ -180,7 +183,7 @@ def run_cli(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     try:
         llm = LLM(args.model, backend=args.backend, dtype=args.dtype, max_num_seqs=args.max_num_seqs,
-                  max_model_len=args.max_model_len, seed=args.seed)
+                  max_model_len=args.max_model_len, seed=args.seed, quantization=args.quantization)
     except (ModelSourceError, ValueError, RuntimeError) as e:
         raise UsageError(str(e)) from None
     try:

@@ -141,6 +141,15 @@ def test_unknown_model_and_unreadable_model_file(tmp_path, capsys):
     assert_nothing_written(tmp_path, out)
 
 
+def test_quantization_a_model_cannot_take_is_one_line_and_exit_2(tmp_path, capsys):
+    inp = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "hi"}])
+    out = tmp_path / "out.parquet"
+    assert main(["generate", "--model", "dummy:smollm2-135m", "--input", str(inp), "--output", str(out),
+                 "--backend", "torch", "--quantization", "gguf"]) == 2
+    assert "quantization 'gguf' needs a GGUF model with 4-bit (Q4_0/Q4_1) weights" in capsys.readouterr().err
+    assert_nothing_written(tmp_path, out)
+
+
 def test_atomic_writer_leaves_nothing_on_failure(tmp_path):
     schema = pa.schema([("x", pa.int32())])
     target = tmp_path / "part.parquet"

@@ -38,7 +38,7 @@ IDENTITY_KEYS = {
 
 # Identifying where present, and absent from the runs made before they existed: adding one
 # must not split those runs' series from the ones that follow.
-OPTIONAL_IDENTITY_KEYS = {"ours": ("quantization",)}
+OPTIONAL_IDENTITY_KEYS = {"ours": ("quantization",), "llamacpp": ("n_parallel",)}
 
 
 def identity(name: str, config: dict) -> dict:
