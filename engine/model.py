@@ -99,7 +99,7 @@ class LlamaModel:
     def tensors(self):
         """Every tensor the model holds on its device (packed weights as their parts)."""
         for w in (*self.weights(), self.cos_sin):
-            yield from (w.packed, w.scale_zero) if isinstance(w, PackedInt4) else (w,)
+            yield from w.tensors() if isinstance(w, PackedInt4) else (w,)
 
     def decode_bytes(self) -> int:
         """Weight bytes one decode step reads: every layer, the final norm, the head

@@ -9,7 +9,7 @@ import yaml
 from engine import LLM, SamplingParams
 from engine.gguf_file import INT4_TYPES, GGUFFile
 from engine.model_source import resolve
-from engine.quantized import Int4Weight, PackedInt4, native_bf16
+from engine.quantized import WIDE_ROWS, Int4Weight, PackedInt4, native_bf16
 from jobs.errors import WorkloadError
 from jobs.workloads import get_workload, load_workloads
 from tests.test_model_sources import tiny_hf_weights, write_tiny_gguf
@@ -60,6 +60,20 @@ def test_the_packed_matmul_is_the_dense_product_to_bf16_rounding(model_path):
     err_factors = ((packed.matmul(xb).double() - xb.double() @ blocks.dequantize().double().T).norm()
                    / exact.norm()).item()
     assert err_factors < err
+
+
+def test_wide_steps_take_the_dense_bf16_copy_and_give_the_same_product(model_path):
+    gf = GGUFFile(model_path)
+    blocks = gf.load_int4(next(t for t in gf.tensors if t.name == "blk.0.attn_output.weight"))
+    with_copy, without = blocks.pack(wide_copy=True), blocks.pack(wide_copy=False)
+    assert without.wide is None and with_copy.wide.dtype == torch.bfloat16
+    assert with_copy.nbytes == without.nbytes        # a decode step reads the packed weight only
+    x = torch.randn(WIDE_ROWS + 1, blocks.shape[1], generator=torch.Generator().manual_seed(1))
+    exact = x.double() @ blocks.dequantize().double().T
+    for packed in (with_copy, without):
+        assert ((packed.matmul(x).double() - exact).norm() / exact.norm()).item() < 0.01
+    narrow = x[:WIDE_ROWS]
+    assert torch.equal(with_copy.matmul(narrow), without.matmul(narrow))   # the int4 kernel both
 
 
 def test_the_engine_on_packed_weights_stays_close_to_the_dense_engine(llm):
