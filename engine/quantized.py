@@ -15,6 +15,7 @@ moved the head's argmax on 1 row in 8 (measured); it runs dequantized.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +34,7 @@ def available() -> bool:
     return hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu")
 
 
+@functools.lru_cache(maxsize=1)   # asked once per packed weight while a model loads
 def native_bf16() -> bool:
     """Whether this CPU computes in bf16 natively (AVX-512 BF16 or AMX); elsewhere bf16 is emulated
     and float32 is the faster activation type. Read from /proc/cpuinfo (Linux); False elsewhere."""
