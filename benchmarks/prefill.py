@@ -1,0 +1,173 @@
+"""Prefill on the GPU: our engine against plain torch on the same weights, in one process.
+
+Shapes are BATCHxTOKENS (1x4000: one 4,000-token prompt; 64x1000: 64 prompts of 1,000).
+Ours runs `LLM.generate(..., max_tokens=1)` through the whole engine (scheduling, chunked
+prefill under max_num_batched_tokens, sampling); a repetition's time is its wall clock
+(host included, as a user sees it), its TTFT the engine's own. Plain torch is the same
+forward pass written directly: cuBLAS GEMMs, `scaled_dot_product_attention(is_causal=True)`
+(flash attention), eager, timed with CUDA events. Both are warmed up on every measured
+shape first; every repetition draws fresh random prompts and starts with our prefix cache
+emptied, so nothing is served from a cache. Medians of --reps repetitions.
+
+--profile prints each side's GPU time by kernel for one repetition of every shape.
+Figures go to the results store as micro-benchmark `prefill-<shape>` unless --no-store.
+Usage: python3 benchmarks/prefill.py [--model dummy:smollm2-135m] [--shapes 1x4000 1x8000 64x1000]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from engine import LLM, SamplingParams  # noqa: E402
+from jobs.store.models import utcnow  # noqa: E402
+
+
+def parse_shape(text: str) -> tuple[int, int]:
+    batch, _, tokens = text.partition("x")
+    try:
+        shape = int(batch), int(tokens)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape {text!r} is not BATCHxTOKENS, e.g. 1x4000") from None
+    if min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"shape {text!r} needs a batch and a length of at least 1")
+    return shape
+
+
+class TorchPrefill:
+    """The model's forward over whole prompts in plain torch eager, reading the engine's
+    own weights: the reference a prefill kernel has to beat."""
+
+    def __init__(self, llm: LLM):
+        self.m, self.c = llm.model, llm.model_config
+
+    def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.c.rms_norm_eps)).to(x.dtype) * w
+
+    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x1, x2 = x.float().chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+    @torch.inference_mode()
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [B, n] -> float32 logits of each prompt's last token [B, V]."""
+        m, c = self.m, self.c
+        B, n = ids.shape
+        nh, nkv, d = c.num_heads, c.num_kv_heads, c.head_dim
+        half = d // 2
+        cos, sin = m.cos_sin[:n, :half][:, None], m.cos_sin[:n, half:][:, None]
+        h = m.embed[ids]
+        for layer in m.layers:
+            qkv = F.linear(self._norm(h, layer.attn_norm), layer.qkv)
+            q, k, v = qkv.view(B, n, nh + 2 * nkv, d).split([nh, nkv, nkv], dim=2)
+            q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
+            attn = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                  is_causal=True, enable_gqa=True)
+            h = h + F.linear(attn.transpose(1, 2).reshape(B, n, nh * d), layer.o)
+            gate, up = F.linear(self._norm(h, layer.ffn_norm), layer.gate_up).chunk(2, dim=-1)
+            h = h + F.linear(F.silu(gate) * up, layer.down)
+        return torch.mm(self._norm(h[:, -1], m.norm), m.lm_head.t(), out_dtype=torch.float32)
+
+
+def random_prompts(llm: LLM, batch: int, tokens: int, gen: torch.Generator) -> torch.Tensor:
+    vocab = llm.model_config.vocab_size
+    return torch.randint(100, vocab - 100, (batch, tokens), generator=gen)
+
+
+def time_ours(llm: LLM, prompts: torch.Tensor) -> tuple[float, float]:
+    """One repetition through the engine: (wall seconds, median TTFT seconds)."""
+    if not llm.reset_prefix_cache():
+        raise RuntimeError("the prefix cache could not be emptied: requests are in flight")
+    params = SamplingParams(max_tokens=1, temperature=0, ignore_eos=True)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    outs = llm.generate(prompts.tolist(), params)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0, statistics.median(o.ttft for o in outs)
+
+
+def time_torch(ref: TorchPrefill, prompts: torch.Tensor) -> float:
+    ids = prompts.cuda()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    ref(ids)
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) * 1e-3
+
+
+def print_kernel_profile(label: str, fn) -> None:
+    """GPU time by kernel name over one call of fn, largest first."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    rows = [(e.device_time_total, e.count, e.key) for e in prof.key_averages()
+            if e.device_time_total > 0 and e.key.strip()]
+    total = sum(r[0] for r in rows)
+    print(f"  {label}: {total / 1e3:.3f} ms of GPU time in kernels")
+    print(f"  {'us':>9} {'calls':>6} {'us/call':>8} {'%':>5}  kernel")
+    for us, calls, name in sorted(rows, reverse=True)[:14]:
+        print(f"  {us:>9.1f} {calls:>6} {us / calls:>8.2f} {100 * us / total:>5.1f}  {name[:90]}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="dummy:smollm2-135m")
+    ap.add_argument("--shapes", nargs="+", type=parse_shape, default=[(1, 4000), (1, 8000), (64, 1000)])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--no-torch", action="store_true", help="skip the plain-torch reference")
+    ap.add_argument("--no-store", action="store_true", help="print only; record nothing in the results store")
+    ap.add_argument("--profile", action="store_true", help="print GPU time by kernel for each shape")
+    args = ap.parse_args()
+    longest = max(n for _, n in args.shapes)
+    llm = LLM(args.model, backend="cuda", max_model_len=longest + 16)
+    ref = None if args.no_torch else TorchPrefill(llm)
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    for batch, tokens in args.shapes:
+        started = utcnow()
+        time_ours(llm, random_prompts(llm, batch, tokens, gen))          # warm-up on the measured shape
+        host_before = dict(llm.host_time)
+        ours = [time_ours(llm, random_prompts(llm, batch, tokens, gen)) for _ in range(args.reps)]
+        host = {phase: (llm.host_time[phase] - host_before[phase]) / args.reps for phase in host_before}
+        wall = statistics.median(w for w, _ in ours)
+        ttft = statistics.median(t for _, t in ours)
+        figures = {"prefill_s": wall, "ttft_p50_s": ttft, "prompt_tok_s": batch * tokens / wall}
+        if ref is not None:
+            time_torch(ref, random_prompts(llm, batch, tokens, gen))     # warm-up, as for ours
+            torch_s = statistics.median(time_torch(ref, random_prompts(llm, batch, tokens, gen))
+                                        for _ in range(args.reps))
+            figures["torch_prefill_s"] = torch_s
+        rows.append((f"{batch}x{tokens}", figures))
+        print(f"prefill {batch}x{tokens}: ours {wall * 1e3:.2f} ms wall (TTFT p50 {ttft * 1e3:.2f} ms, "
+              f"{batch * tokens / wall / 1e3:.0f}k prompt tok/s)"
+              + (f"; plain torch {figures['torch_prefill_s'] * 1e3:.2f} ms "
+                 f"({batch * tokens / figures['torch_prefill_s'] / 1e3:.0f}k tok/s)" if ref else ""))
+        print("  host ms per repetition: " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in host.items()))
+        if args.profile:
+            print_kernel_profile("ours", lambda: time_ours(llm, random_prompts(llm, batch, tokens, gen)))
+            if ref is not None:
+                print_kernel_profile("plain torch", lambda: time_torch(ref, random_prompts(llm, batch, tokens, gen)))
+        if not args.no_store:
+            from jobs.microbench import record_microbench
+            config = {"model": args.model, "batch": batch, "tokens": tokens, "reps": args.reps,
+                      "dtype": str(llm.dtype).removeprefix("torch."),
+                      "max_num_batched_tokens": llm.config.max_num_batched_tokens}
+            run_id = record_microbench(f"prefill-{batch}x{tokens}", config, figures, started, utcnow())
+            print(f"  recorded run {run_id}")
+    print(f"\n{'shape':>9} {'ours ms':>9} {'TTFT ms':>9} {'tok/s':>10} {'torch ms':>9}")
+    for shape, f in rows:
+        print(f"{shape:>9} {f['prefill_s'] * 1e3:>9.2f} {f['ttft_p50_s'] * 1e3:>9.2f} {f['prompt_tok_s']:>10.0f} "
+              f"{f.get('torch_prefill_s', float('nan')) * 1e3:>9.2f}")
+
+
+if __name__ == "__main__":
+    main()
