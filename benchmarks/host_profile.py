@@ -9,11 +9,18 @@ Usage: python3 benchmarks/host_profile.py [--workload fixed-256x128x128] [--mode
 logits of zeros, so every token is 0) and reports only full-batch decode steps:
 the host's own cost of a steady-state decode step, measurable on a CPU host, e.g.
   python3 benchmarks/host_profile.py --host-only --backend torch [--max-num-seqs 64]
+
+--prefill BATCHxTOKENS ... runs benchmarks/prefill.py's repetitions (fresh random prompts of
+token ids, `generate(max_tokens=1)`, the prefix cache emptied before each) on the same stubs
+and prints the host's milliseconds per repetition by phase, medians of --reps; `requests`
+is the rest of generate's wall clock (validating and adding the prompts, the outputs), e.g.
+  python3 benchmarks/host_profile.py --prefill 1x4000 1x8000 64x1000 --backend torch
 """
 from __future__ import annotations
 
 import argparse
 import functools
+import statistics
 import sys
 import time
 from collections import defaultdict
@@ -22,7 +29,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from engine import LLM  # noqa: E402
+from benchmarks.prefill import parse_shape, random_prompts  # noqa: E402
+from engine import LLM, SamplingParams  # noqa: E402
 from jobs.workloads import get_workload  # noqa: E402
 
 TIMED = defaultdict(float)
@@ -48,7 +56,16 @@ def main() -> None:
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--host-only", action="store_true", help="stub the model; time full-batch decode steps")
     ap.add_argument("--max-num-seqs", type=int, default=256, help="the full batch of --host-only")
+    ap.add_argument("--prefill", nargs="+", type=parse_shape, metavar="BATCHxTOKENS",
+                    help="stub the model; time prefill repetitions of these shapes")
+    ap.add_argument("--reps", type=int, default=5, help="repetitions of each --prefill shape")
     args = ap.parse_args()
+    if args.prefill:
+        # As benchmarks/prefill.py's engine, with KV room for the largest batch at once.
+        longest = max(n for _, n in args.prefill)
+        room = max(b * (n + 16) for b, n in args.prefill)
+        return host_prefill(LLM(args.model, backend=args.backend, dtype="bfloat16", max_model_len=longest + 16,
+                                kv_cache_tokens=room), args.prefill, args.reps)
     workload = get_workload(args.workload)
     if args.host_only:
         # Room in the KV cache for every request at once: a full batch, never a preemption.
@@ -82,7 +99,8 @@ def main() -> None:
         print(f"  {name:<28}{seconds / steps * 1e6:>10.1f} us/step")
 
 
-def host_only(llm: LLM, workload) -> None:
+def stub_model(llm: LLM) -> None:
+    """Replace the forward pass and the sampler's logits with stubs: what is left is host work."""
     torch.set_num_threads(1)     # the stubs' tiny ops gain nothing from a thread pool, only noise
     # Views of buffers allocated once, one wide (a one-token vocabulary: every token is 0):
     # the stubs and the runner's row gather on them cost next to nothing inside `launch`.
@@ -91,6 +109,10 @@ def host_only(llm: LLM, workload) -> None:
     logits = torch.zeros((llm.config.max_num_seqs, 1))
     model.forward = lambda token_ids, *_: hidden[:token_ids.shape[0]]
     model.logits = lambda rows: logits[:rows.shape[0]]
+
+
+def host_only(llm: LLM, workload) -> None:
+    stub_model(llm)
     steps_scheduled = []
     schedule = llm.scheduler.schedule
     llm.scheduler.schedule = lambda: steps_scheduled.append(schedule()) or steps_scheduled[-1]
@@ -112,6 +134,30 @@ def host_only(llm: LLM, workload) -> None:
     for phase, seconds in totals.items():
         print(f"  {phase:<28}{seconds / steps * 1e6:>10.1f} us/step")
     print(f"  {'total':<28}{sum(totals.values()) / steps * 1e6:>10.1f} us/step")
+
+
+def host_prefill(llm: LLM, shapes: list[tuple[int, int]], reps: int) -> None:
+    stub_model(llm)
+    params = SamplingParams(max_tokens=1, temperature=0, ignore_eos=True)
+    gen = torch.Generator().manual_seed(0)
+    for batch, tokens in shapes:
+        runs = []
+        for rep in range(reps + 1):                      # the first one warms up
+            prompts = random_prompts(llm, batch, tokens, gen).tolist()
+            if not llm.reset_prefix_cache():
+                raise RuntimeError("the prefix cache could not be emptied: requests are in flight")
+            before, steps_before = dict(llm.host_time), llm.stats["steps"]
+            start = time.perf_counter()
+            llm.generate(prompts, params)
+            wall = time.perf_counter() - start
+            steps = llm.stats["steps"] - steps_before
+            phases = {phase: llm.host_time[phase] - before[phase] for phase in before}
+            phases = {"requests": wall - sum(phases.values()), **phases, "total": wall}
+            if rep:
+                runs.append(phases)
+        print(f"prefill {batch}x{tokens}, host only: {steps} steps a repetition, medians of {reps}")
+        for phase in runs[0]:
+            print(f"  {phase:<28}{statistics.median(r[phase] for r in runs) * 1e3:>10.2f} ms")
 
 
 if __name__ == "__main__":
