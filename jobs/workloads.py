@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 
 import yaml
 
@@ -27,6 +29,31 @@ TOKEN_RANGE = (100, 10000)
 # mean, not one 0.5 s sample: samples on that quiet host reached 1.25 in short kernel and
 # steal bursts. 0.25 CPUs taken from an engine on 2 cores is some 12% of its figure at most.
 DEFAULT_MAX_FOREIGN_CPUS = 0.25
+# The fields of a length distribution (the workloads file's header describes them).
+LOGNORMAL_FIELDS = ("distribution", "median", "sigma", "range")
+
+
+@dataclass(frozen=True)
+class Lognormal:
+    """Lengths drawn from a lognormal distribution truncated to the workload's [min, max]:
+    many short requests and a long tail of long ones, as real batch traffic has."""
+    median: float
+    sigma: float   # of the log of the length: 1.0 puts the 84th percentile at e x the median
+
+    def draw(self, rng: random.Random, lo: int, hi: int) -> int:
+        """One length in [lo, hi] from a single uniform draw, by the inverse of the truncated CDF
+        over [lo - 0.5, hi + 0.5] (each integer gets the mass that rounds to it)."""
+        dist = NormalDist(math.log(self.median), self.sigma)
+        below, through = dist.cdf(math.log(lo - 0.5)), dist.cdf(math.log(hi + 0.5))
+        p = below + rng.random() * (through - below)
+        # p reaches 0 or 1 only by rounding in a far tail, where the bound is the answer.
+        length = round(math.exp(dist.inv_cdf(p))) if 0 < p < 1 else (lo if p <= 0 else hi)
+        return min(max(length, lo), hi)
+
+
+def draw_length(rng: random.Random, bounds: tuple[int, int], shape: Lognormal | None) -> int:
+    """A length in the inclusive range `bounds`: uniform, or of the given shape."""
+    return rng.randint(*bounds) if shape is None else shape.draw(rng, *bounds)
 
 
 @dataclass(frozen=True)
@@ -42,8 +69,8 @@ class Workload:
     description: str
     source: str
     count: int
-    input_len: tuple[int, int]
-    output_len: tuple[int, int]
+    input_len: tuple[int, int]          # the inclusive range of the prompt lengths
+    output_len: tuple[int, int]         # and of the output lengths
     temperature: float
     ignore_eos: bool
     seed: int
@@ -62,6 +89,9 @@ class Workload:
     # The most CPUs that processes outside the bench may keep busy, on average, while an
     # engine is measured (jobs/host_monitor.py); more makes the run invalid.
     max_foreign_cpus: float = DEFAULT_MAX_FOREIGN_CPUS
+    # How lengths are spread over their range: None is uniform.
+    input_shape: Lognormal | None = None
+    output_shape: Lognormal | None = None
     spec: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -72,11 +102,11 @@ class Workload:
         """The workload's requests; the same seed always gives the same requests."""
         rng = random.Random(self.seed if seed is None else seed)
         if self.source == "random_tokens":
-            prompts = [[rng.randint(*TOKEN_RANGE) for _ in range(rng.randint(*self.input_len))]
+            prompts = [[rng.randint(*TOKEN_RANGE) for _ in range(draw_length(rng, self.input_len, self.input_shape))]
                        for _ in range(self.count)]
         else:
             prompts = _chat_prompts(self.chat_path, self.count, self.name)
-        return [Request(p, rng.randint(*self.output_len)) for p in prompts]
+        return [Request(p, draw_length(rng, self.output_len, self.output_shape)) for p in prompts]
 
     def request_seed(self, index: int) -> int:
         """Request `index`'s sampling seed: every engine that takes a seed gets this one."""
@@ -159,6 +189,24 @@ def _parse(name: str, spec, base: Path) -> Workload:
             fail(where, f"must be [min, max] with 1 <= min <= max, got {value!r}")
         return value[0], value[1]
 
+    def lengths(value, where: str) -> tuple[tuple[int, int], Lognormal | None]:
+        """[min, max] (uniform), or {distribution: lognormal, median: M, sigma: S, range: [min, max]}."""
+        if not isinstance(value, dict):
+            return length_range(value, where), None
+        unknown = sorted(set(value) - set(LOGNORMAL_FIELDS), key=str)
+        if unknown:
+            fail(f"{where}.{unknown[0]}", f"is unknown (a length distribution has {', '.join(LOGNORMAL_FIELDS)})")
+        if value.get("distribution") != "lognormal":
+            fail(f"{where}.distribution", f"must be lognormal (a [min, max] list is uniform), "
+                                          f"got {value.get('distribution')!r}")
+        bounds = length_range(value.get("range"), f"{where}.range")
+        median, sigma = need(value, "median", float, f"{where}.median"), need(value, "sigma", float, f"{where}.sigma")
+        if not bounds[0] <= median <= bounds[1]:
+            fail(f"{where}.median", f"must lie in its range {list(bounds)}, got {median!r}")
+        if not (0 < sigma and math.isfinite(sigma)):
+            fail(f"{where}.sigma", f"must be a finite number > 0, got {sigma!r}")
+        return bounds, Lognormal(median, sigma)
+
     if not isinstance(spec, dict):
         fail("(spec)", "must be a mapping")
     if not isinstance(name, str):
@@ -173,13 +221,13 @@ def _parse(name: str, spec, base: Path) -> Workload:
     if count < 1:
         fail("prompts.count", "must be >= 1")
     chat_path = None
-    input_len = (1, 1)
+    input_len, input_shape = (1, 1), None
     if source == "chat_file":
         chat_path = base / need(prompts, "path", str, "prompts.path")
         if not chat_path.is_file():
             fail("prompts.path", f"names a file that does not exist: {chat_path}")
     else:
-        input_len = length_range(prompts.get("input_len"), "prompts.input_len")
+        input_len, input_shape = lengths(prompts.get("input_len"), "prompts.input_len")
     sampling = spec.get("sampling")
     temperature = need(sampling, "temperature", float, "sampling.temperature")
     if temperature < 0:
@@ -204,14 +252,16 @@ def _parse(name: str, spec, base: Path) -> Workload:
     hardware = need(spec, "hardware", str, "hardware")
     if hardware not in HARDWARE:
         fail("hardware", f"must be one of {', '.join(HARDWARE)}")
+    output_len, output_shape = lengths(spec.get("output_len"), "output_len")
     return Workload(
         name=name, version=need(spec, "version", int, "version"),
         description=spec.get("description", ""), source=source, count=count, input_len=input_len,
-        output_len=length_range(spec.get("output_len"), "output_len"), temperature=temperature,
+        output_len=output_len, temperature=temperature,
         ignore_eos=need(sampling, "ignore_eos", bool, "sampling.ignore_eos"),
         seed=need(spec, "seed", int, "seed"), hardware=hardware,
         min_duration_s=need(validity, "min_duration_s", float, "validity.min_duration_s"),
         min_requests=need(validity, "min_requests", int, "validity.min_requests"),
         min_agreement=min_agreement, chat_path=chat_path, dtype=dtype, quantization=quantization,
         top_p=float(sampling.get("top_p", 1.0)), top_k=int(sampling.get("top_k", 0)),
-        shared_prefixes=shared_prefixes, max_foreign_cpus=float(max_foreign_cpus), spec=spec)
+        shared_prefixes=shared_prefixes, max_foreign_cpus=float(max_foreign_cpus), input_shape=input_shape,
+        output_shape=output_shape, spec=spec)
