@@ -10,6 +10,7 @@ Usage: python3 benchmarks/kernels.py [--only attention|linear]
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import statistics
 import sys
@@ -26,18 +27,21 @@ from engine.ops.cuda_ops import CudaOps  # noqa: E402
 COPY_CEILING = 4.26e12  # bytes/s, device-to-device copy measured on the H200 (GPU-HOST.md)
 
 
-def decode_case(B, ctx, nh=9, nkv=3, d=64, bs=16, dtype=torch.bfloat16, copies=4):
-    blocks = B * math.ceil(ctx / bs)
-    tables = torch.stack([torch.randperm(blocks, dtype=torch.int32)[:math.ceil(ctx / bs)] for _ in range(B)]).cuda()
+def decode_case(lens, nh=9, nkv=3, d=64, bs=16, dtype=torch.bfloat16, copies=4, capture_len=None):
+    """Decode attention over rows of the given context lengths; `capture_len`: the
+    longest context the work list is sized for (a captured graph's max_model_len)."""
+    B, width = len(lens), math.ceil(max(lens) / bs)
+    blocks = B * width
+    tables = torch.stack([torch.randperm(blocks, dtype=torch.int32)[:width] for _ in range(B)]).cuda()
     caches = [(torch.randn(blocks, bs, nkv, d, dtype=dtype, device="cuda"),
                torch.randn(blocks, bs, nkv, d, dtype=dtype, device="cuda")) for _ in range(copies)]
     q = torch.randn(B, nh, d, dtype=dtype, device="cuda")
     meta = AttentionMetadata(
         query_start_loc=torch.arange(B + 1, dtype=torch.int32, device="cuda"),
-        seq_lens=torch.full((B,), ctx, dtype=torch.int32, device="cuda"), block_tables=tables,
-        slot_mapping=torch.zeros(B, dtype=torch.int64, device="cuda"), max_query_len=1, max_seq_len=ctx,
-        plan=None)   # the cuda ops plan nothing on the host
-    nbytes = 2 * B * ctx * nkv * d * caches[0][0].element_size() + 2 * q.numel() * q.element_size()
+        seq_lens=torch.tensor(lens, dtype=torch.int32, device="cuda"), block_tables=tables,
+        slot_mapping=torch.zeros(B, dtype=torch.int64, device="cuda"), max_query_len=1,
+        max_seq_len=capture_len or max(lens), plan=None)   # the cuda ops plan nothing on the host
+    nbytes = 2 * sum(lens) * nkv * d * caches[0][0].element_size() + 2 * q.numel() * q.element_size()
     return q, caches, meta, nbytes
 
 
@@ -71,21 +75,31 @@ def graph_us(fn, stream, calls=20, reps=50) -> float:
 
 
 def attention(ops):
+    """Decode attention as a captured step runs it: the work list planned once, then 20
+    launches; at the engine's slack (*) and a sweep of others, on equal contexts (where a
+    fixed partition loses to a tail split), mixed ones like nano-bench's, and batch 1."""
     stream = ops.new_stream()
-    print(f"{'case':<52} {'partition':>9} {'median us':>10} {'GB/s':>8} {'% of copy ceiling':>18}")
-    for B, ctx in [(256, 1024), (1, 256), (64, 1024), (256, 4096)]:
-        q, caches, meta, nbytes = decode_case(B, ctx)
+    gen = torch.Generator().manual_seed(0)
+    cases = [("B=256 ctx=1025", [1025] * 256, 8192), ("B=256 ctx=1024", [1024] * 256, None),
+             ("B=256 ctx 100..2048", torch.randint(100, 2049, (256,), generator=gen).tolist(), 8192),
+             ("B=64 ctx=1024", [1024] * 64, None), ("B=256 ctx=4096", [4096] * 256, None),
+             ("B=1 ctx=257", [257], 8192), ("B=1 ctx=4096", [4096], 8192)]
+    default = ops.decode_slack
+    print(f"{'case (9q/3kv, d=64, bf16)':<34} {'slack':>6} {'median us':>10} {'GB/s':>8} {'% of copy ceiling':>18}")
+    for label, lens, capture_len in cases:
+        q, caches, meta, nbytes = decode_case(lens, capture_len=capture_len)
         out = torch.empty_like(q)
-        default = ops.decode_partition(B, 3, ctx)
-        # The engine's choice first, then a sweep of split sizes.
-        for partition in [default] + [p for p in (64, 128, 256, 512, 1024) if p != default and p <= ctx]:
-            # Calls rotate over the cache copies: a small case's cache would otherwise sit in L2.
-            us = graph_us(lambda i: ops._decode(q, caches[i % len(caches)][0], caches[i % len(caches)][1], meta,
-                                                64 ** -0.5, out, "bf16", B, 9, 3, 64, 16, partition), stream)
+        for slack in [default] + [x for x in (1.0, 1.5, 2.0) if x != default]:
+            ops.decode_slack = slack
+            step = dataclasses.replace(meta, device_plan=None)
+
+            def call(i):   # calls rotate over the cache copies: a small case's cache would otherwise sit in L2
+                ops._decode(q, *caches[i % len(caches)], step, 64 ** -0.5, out, "bf16", len(lens), 9, 3, 64, 16)
+            us = graph_us(call, stream)
             gbs = nbytes / (us * 1e-6) / 1e9
-            label = f"decode attn B={B} ctx={ctx} (9q/3kv, d=64)" + (" *" if partition == default else "")
-            print(f"{label:<52} {partition:>9} {us:>10.1f} {gbs:>8.0f} "
+            print(f"{label + (' *' if slack == default else ''):<34} {slack:>6.2f} {us:>10.1f} {gbs:>8.0f} "
                   f"{100 * gbs * 1e9 / COPY_CEILING:>17.1f}%")
+    ops.decode_slack = default
 
 
 def linear(ops):

@@ -40,7 +40,7 @@ def main() -> None:
     weight = torch.randn(576, device="cuda", dtype=torch.bfloat16)
     out, residual = torch.empty_like(x), torch.empty(x.shape, dtype=torch.float32, device="cuda")
     kernel = ops._k["rms_norm", "bf16"]   # the launcher itself, without the op around it
-    launch = host_us(lambda: kernel(1, 256, x, None, weight, out, residual, 576, 1e-5))
+    launch = host_us(lambda: kernel(1, 128, x, None, weight, out, residual, 1, 576, 1e-5))
     op = host_us(lambda: ops.rms_norm(x, weight, 1e-5, None))
     print(f"kernel launch (rms_norm, 1 row, eager): {launch:.2f} us host time per launch; "
           f"the whole op: {op:.2f} us (medians of {ROUNDS} rounds of {LAUNCHES})")

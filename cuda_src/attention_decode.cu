@@ -1,33 +1,131 @@
-// Paged attention for one-token queries (decode), split over the KV length.
+// Paged attention for one-token queries (decode), as a work list of chunks.
 //
-// attn_decode: one block per (split, kv head, sequence). The block serves all
-// G = nh / nkv query heads of its KV head, so each K/V row is read from memory
-// once. 128 threads = 16 key lanes x 8 dim lanes; each key's d-vector is spread
-// over 8 threads in 16-byte pieces (coalesced rows), and a key lane takes N
+// plan_decode (once a step, before the first layer): each sequence's keys are cut into
+// chunks of nearly equal size, about `slack` times the even share of one block slot
+// (the keys of every sequence and KV head over the blocks the GPU holds at once), at
+// least MIN_CHUNK and at most max_chunk keys; the (sequence, KV head, chunk) items are
+// listed longest first. attn_decode (every layer): a persistent grid of blocks takes the
+// items in that order from an atomic queue, so the long ones start first and the short
+// ones fill the gaps: any fixed partition loses either to a tail split (equal lengths:
+// 1,025 keys cut 1,024 + 1) or to one long block (mixed lengths).
+//
+// An item serves all G = nh / nkv query heads of its KV head, so each K/V row is read
+// from memory once. 128 threads = 16 key lanes x 8 dim lanes; each key's d-vector is
+// spread over 8 threads in 16-byte pieces (coalesced rows), and a key lane takes N
 // consecutive keys a step (one cache block, so one block-table lookup for all N).
-//   pass 1: scores q.k for the split's keys -> shared memory (G x partition floats),
+//   pass 1: scores q.k for the chunk's keys -> shared memory (G x chunk floats),
 //           the query in registers and the G partial dots summed over the 8 dim
 //           lanes together (fold_heads);
 //   softmax statistics per head from shared memory;
 //   pass 2: p-weighted sum of V rows, reduced over the 16 key lanes.
-// A sequence within one split: the normalised output is written directly. Several: unnormalised
-// partial sums plus (max, sum) go to a workspace, and the last split of a
-// (sequence, KV head) to finish combines them (a counter per pair, reset by that
-// last block): no second kernel, which at small batch is a launch per layer saved.
+// A sequence in one chunk: the normalised output is written directly. Several: unnormalised
+// partial sums plus (max, sum) go to a workspace, and the last chunk of a (sequence, KV
+// head) to finish combines them (a counter per pair, reset by that last item).
 // With cos_sin given, RoPE and the cache write of the new token are fused in (see
 // rope_inputs): a decode step then needs no rope_and_cache launch.
-// Launch: grid = (B * nkv, splits), block = 128, dynamic smem = G * partition * 4 bytes;
-// split_counters [B * nkv] int32, zero before the launch (and left zero after it).
-// Blocks start in grid order, so every sequence's first split starts before any second
-// one: the blocks of a graph captured for a long context that find no keys, or a few,
-// do not take the slots that the long first splits then wait for (B=256, context 1025:
-// 68.5 -> 54.3 us).
+// Launch: plan_decode grid 1, block PLAN_THREADS; attn_decode any grid (the host gives
+// one block per slot, at most one per item), block 128, dynamic smem = G * max_chunk * 4
+// bytes; split_counters [B * nkv] int32 and queue[0..1] zero before the first launch
+// (every launch leaves them zero).
 #include "common.cuh"
 
 namespace {
 constexpr int THREADS = 128, DIM_LANES = 8, KEY_LANES = THREADS / DIM_LANES;
-constexpr int MAX_PARTITION = 1024, MIN_BLOCK_SIZE = 8;  // the host keeps to these
-constexpr int MAX_SPLIT_BLOCKS = MAX_PARTITION / MIN_BLOCK_SIZE + 1;
+constexpr int MIN_BLOCK_SIZE = 8;                   // the host keeps to this
+// Keys per chunk: MIN_CHUNK is one pass of all key lanes over 16-bit rows; chunks are
+// multiples of CHUNK_ALIGN (so N consecutive keys of a lane stay in one cache block).
+constexpr int MIN_CHUNK = 128, MAX_CHUNK = 2048, CHUNK_ALIGN = 16;
+constexpr int MAX_SPLIT_BLOCKS = MAX_CHUNK / MIN_BLOCK_SIZE + 1;
+constexpr int PLAN_THREADS = 1024, LENGTH_BUCKETS = MAX_CHUNK / CHUNK_ALIGN;
+// The model-sized case (16-bit cache, d=64, 3 heads per KV head) is held to 80 registers
+// so 6 blocks share an SM: more warps to hide the loads' latency (72 registers and 7
+// blocks spilled and measured slower). The host sizes the work list for this many.
+constexpr int BLOCKS_PER_SM = 6;
+}
+
+__device__ __forceinline__ int round_up(int x, int to) { return (x + to - 1) / to * to; }
+
+// Keys per chunk of a sequence of L keys for a target chunk size: the fewest chunks of at
+// most `target` keys, made as equal as CHUNK_ALIGN allows (the last one is the shortest).
+__device__ __forceinline__ int chunk_keys(int L, int target) {
+    const int chunks = (L + target - 1) / target;
+    return round_up((L + chunks - 1) / chunks, CHUNK_ALIGN);
+}
+
+// Exclusive prefix sum over the block (PLAN_THREADS threads); `scratch` holds 32 ints.
+__device__ int block_exclusive_scan(int x, int* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int inclusive = x;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, inclusive, o);
+        if (lane >= o) inclusive += y;
+    }
+    if (lane == 31) scratch[warp] = inclusive;
+    __syncthreads();
+    if (warp == 0) {
+        int w = scratch[lane];
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, w, o);
+            if (lane >= o) w += y;
+        }
+        scratch[lane] = w;   // inclusive over warps
+    }
+    __syncthreads();
+    return inclusive - x + (warp ? scratch[warp - 1] : 0);
+}
+
+// The step's work list (see the top of the file). row_plan[b] = (keys per chunk, the
+// row's first workspace split); items[i] = (row, chunk << 8 | KV head), longest first;
+// queue[2] = the number of items. The rows are dealt to threads in contiguous runs, so
+// a row's workspace splits follow its predecessor's.
+extern "C" __global__ void __launch_bounds__(PLAN_THREADS) plan_decode(
+    const int* __restrict__ seq_lens, int B, int nkv, int slots, float slack, int max_chunk,
+    int2* __restrict__ row_plan, int2* __restrict__ items, int* __restrict__ queue) {
+    __shared__ int bucket_start[LENGTH_BUCKETS];   // items per length bucket, then where each bucket starts
+    __shared__ float sum_scratch[32];
+    __shared__ int scan_scratch[32];
+    for (int i = threadIdx.x; i < LENGTH_BUCKETS; i += PLAN_THREADS) bucket_start[i] = 0;
+    const int per_thread = (B + PLAN_THREADS - 1) / PLAN_THREADS;
+    const int first = min(B, threadIdx.x * per_thread), last = min(B, first + per_thread);
+    float keys = 0.f;
+    for (int b = first; b < last; ++b) keys += seq_lens[b];
+    // Every thread gets the same sum (block_sum broadcasts one reduction), so the same target.
+    const float share = block_sum(keys, sum_scratch) * nkv * slack / slots;
+    const int target = min(max_chunk, max(MIN_CHUNK, round_up((int)ceilf(share), CHUNK_ALIGN)));
+
+    int splits = 0;
+    for (int b = first; b < last; ++b) {
+        const int L = seq_lens[b];
+        if (L <= 0) continue;
+        const int chunk = chunk_keys(L, target), n = (L + chunk - 1) / chunk;
+        splits += n;
+        atomicAdd(&bucket_start[(chunk - 1) / CHUNK_ALIGN], (n - 1) * nkv);
+        atomicAdd(&bucket_start[(L - (n - 1) * chunk - 1) / CHUNK_ALIGN], nkv);
+    }
+    int base = block_exclusive_scan(splits, scan_scratch);   // its barriers also order the histogram
+    if (threadIdx.x == 0) {       // buckets longest first
+        int at = 0;
+        for (int k = LENGTH_BUCKETS - 1; k >= 0; --k) {
+            const int count = bucket_start[k];
+            bucket_start[k] = at;
+            at += count;
+        }
+        queue[2] = at;
+    }
+    __syncthreads();
+    for (int b = first; b < last; ++b) {
+        const int L = seq_lens[b];
+        const int chunk = L > 0 ? chunk_keys(L, target) : CHUNK_ALIGN, n = L > 0 ? (L + chunk - 1) / chunk : 0;
+        row_plan[b] = make_int2(chunk, base);
+        base += n;
+        for (int s = 0; s < n; ++s) {
+            const int keys_s = min(chunk, L - s * chunk);
+            for (int h = 0; h < nkv; ++h)
+                items[atomicAdd(&bucket_start[(keys_s - 1) / CHUNK_ALIGN], 1)] = make_int2(b, s << 8 | h);
+        }
+    }
 }
 
 // Rows in flight per thread: 16-byte words are cheap to hold, so 16-bit caches keep
@@ -90,27 +188,27 @@ __device__ __forceinline__ void unpack(const Row<T, DPT>& row, float (&f)[DPT]) 
     for (int c = 0; c < DPT; c += 8) load8(reinterpret_cast<const T*>(&row.w[c * sizeof(T) / 16]), &f[c]);
 }
 
-// A split's result for query head h, dim `dim`: o = sum p v with p = exp(s - m), l = sum p.
-// A sequence within one split is written out normalised; otherwise the partial goes
-// to the workspace for combine_splits.
+// A chunk's result for query head h, dim `dim`: o = sum p v with p = exp(s - m), l = sum p.
+// A sequence in one chunk is written out normalised; otherwise the partial goes to the
+// workspace (row ws_split of [splits][nh]) for combine_splits.
 template <typename T, int D>
-__device__ __forceinline__ void store_split(float o, float m, float l, int g, int dim, int used, int tok, int b,
-                                            int h, int split, int splits, int nh, T* out, float* part_o,
-                                            float2* part_ml) {
+__device__ __forceinline__ void store_split(float o, float m, float l, int dim, int used, int tok, int h,
+                                            int ws_split, int nh, T* out, float* part_o, float2* part_ml) {
     if (used == 1) {
         out[((int64_t)tok * nh + h) * D + dim] = from_float<T>(o / l);
         return;
     }
-    const int64_t ws = ((int64_t)b * nh + h) * splits + split;
+    const int64_t ws = (int64_t)ws_split * nh + h;
     part_o[ws * D + dim] = o;
     if (dim == 0) part_ml[ws] = make_float2(m, l);
 }
 
-// Called by every block of a sequence split `used` ways once its partials are stored:
-// the last block of the (sequence, KV head) to arrive rescales them all to the common
-// max, writes the output, and resets the counter for the next launch (or graph replay).
+// Called for every chunk of a sequence split `used` ways once its partials are stored
+// (workspace rows first_split ..): the last of the (sequence, KV head) to arrive rescales
+// them all to the common max, writes the output, and resets the counter for the next
+// launch (or graph replay).
 template <typename T, int D, int G>
-__device__ void combine_splits(int kvh, int b, int tok, int used, int splits, int nh, int nkv, T* out,
+__device__ void combine_splits(int kvh, int b, int tok, int used, int first_split, int nh, int nkv, T* out,
                                const float* part_o, const float2* part_ml, int* split_counters, bool& last_split) {
     __threadfence();                               // this block's partials reach L2 before its count does
     __syncthreads();
@@ -121,15 +219,15 @@ __device__ void combine_splits(int kvh, int b, int tok, int used, int splits, in
     __threadfence();
     for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
         const int dim = i % D, h = kvh * G + i / D;
-        const int64_t ws = ((int64_t)b * nh + h) * splits;
         // __ldcg: other blocks' partials, read from L2 (L1 is not coherent across SMs).
         float m = -INFINITY;
-        for (int s = 0; s < used; ++s) m = fmaxf(m, __ldcg(&part_ml[ws + s]).x);
+        for (int s = 0; s < used; ++s) m = fmaxf(m, __ldcg(&part_ml[(int64_t)(first_split + s) * nh + h]).x);
         float o = 0.f, l = 0.f;
         for (int s = 0; s < used; ++s) {
-            const float2 ml = __ldcg(&part_ml[ws + s]);
+            const int64_t ws = (int64_t)(first_split + s) * nh + h;
+            const float2 ml = __ldcg(&part_ml[ws]);
             const float w = __expf(ml.x - m);
-            o += w * __ldcg(&part_o[(ws + s) * D + dim]);
+            o += w * __ldcg(&part_o[ws * D + dim]);
             l += w * ml.y;
         }
         out[((int64_t)tok * nh + h) * D + dim] = from_float<T>(o / l);
@@ -167,27 +265,27 @@ __device__ __forceinline__ void rope_inputs(const T* row, int kvh, int nh, int n
         for (int j = threadIdx.x; j < D; j += THREADS) v_cache[(slot * nkv + kvh) * D + j] = row[(nh + nkv + kvh) * D + j];
 }
 
+// One work item: chunk `split` (of `chunk` keys) of sequence b, KV head kvh; its partials
+// go to workspace row first_split + split.
 template <typename T, int D, int G>
-__device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, T* k_cache, T* v_cache,
+__device__ void decode_item(const T* __restrict__ q, int64_t q_stride, T* k_cache, T* v_cache,
                             const int* __restrict__ block_tables, int max_blocks,
                             const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc,
                             T* __restrict__ out, float* __restrict__ part_o, float2* __restrict__ part_ml,
-                            int* __restrict__ split_counters, int nh, int nkv, int bs, int partition, int splits,
-                            float scale, const int64_t* __restrict__ positions, const float* __restrict__ cos_sin,
-                            const int64_t* __restrict__ slots) {
+                            int* __restrict__ split_counters, int nh, int nkv, int bs, float scale,
+                            const int64_t* __restrict__ positions, const float* __restrict__ cos_sin,
+                            const int64_t* __restrict__ slots, int b, int kvh, int split, int chunk, int first_split) {
     constexpr int DPT = D / DIM_LANES;
-    extern __shared__ float scores[];              // [G][partition]
+    extern __shared__ float scores[];              // [G][chunk]
     __shared__ __align__(16) float qs[G][D];       // pre-scaled queries
     __shared__ float red[THREADS / 32][G][D];      // cross-warp reduction of pass 2
     __shared__ float stat_m[G], stat_l[G];
-    __shared__ int blocks[MAX_SPLIT_BLOCKS];       // the split's block-table slice
+    __shared__ int blocks[MAX_SPLIT_BLOCKS];       // the chunk's block-table slice
     __shared__ bool last_split;
 
-    const int split = blockIdx.y, kvh = blockIdx.x % nkv, b = blockIdx.x / nkv;
     const int L = seq_lens[b];
-    const int start = split * partition, end = min(L, start + partition);
-    if (start >= end) return;  // this split lies past the sequence: the combine skips it
-    const int used = (L + partition - 1) / partition;   // splits of this sequence that do not exit
+    const int start = split * chunk, end = min(L, start + chunk);
+    const int used = (L + chunk - 1) / chunk;      // chunks of this sequence
     const int tok = query_start_loc[b];
     const int* table = block_tables + (int64_t)b * max_blocks;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -213,8 +311,8 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, T* k_cach
     for (int g = 0; g < G; ++g)
 #pragma unroll
         for (int c = 0; c < DPT; ++c) qr[g][c] = qs[g][d0 + c];
-    // Keys past `end` load as zero rows, and their scores (inside the partition: N
-    // divides it and jb - start) are stored like any other: no test per key.
+    // Keys past `end` load as zero rows, and their scores (inside the chunk: N divides
+    // it and jb - start) are stored like any other: no test per key.
     constexpr int N = unroll<T>();                 // consecutive keys per thread and step
     const int g_lane = lane8 >> (3 - LOG2_P);      // the head whose sum this lane ends up with
     const bool stores_sum = (lane8 & ((8 >> LOG2_P) - 1)) == 0 && g_lane < G;
@@ -237,7 +335,7 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, T* k_cach
             }
             // The 8 dim lanes of a key are 8 consecutive lanes of one warp.
             const float sum = fold_heads<P>(s, lane8);
-            if (stores_sum && jb < end) scores[g_lane * partition + jb - start + u] = sum;
+            if (stores_sum && jb < end) scores[g_lane * chunk + jb - start + u] = sum;
         }
     }
     __syncthreads();
@@ -248,15 +346,15 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, T* k_cach
     const int n = end - start, n_padded = (n + N - 1) / N * N;
     for (int g = warp; g < G; g += THREADS / 32) {
         float m = -INFINITY;
-        for (int i = lane; i < n; i += 32) m = fmaxf(m, scores[g * partition + i]);
+        for (int i = lane; i < n; i += 32) m = fmaxf(m, scores[g * chunk + i]);
         m = warp_max(m);
         float l = 0.f;
         for (int i = lane; i < n; i += 32) {
-            const float p = __expf(scores[g * partition + i] - m);
-            scores[g * partition + i] = p;
+            const float p = __expf(scores[g * chunk + i] - m);
+            scores[g * chunk + i] = p;
             l += p;
         }
-        for (int i = n + lane; i < n_padded; i += 32) scores[g * partition + i] = 0.f;
+        for (int i = n + lane; i < n_padded; i += 32) scores[g * chunk + i] = 0.f;
         l = warp_sum(l);
         if (lane == 0) { stat_m[g] = m; stat_l[g] = l; }
     }
@@ -273,13 +371,13 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, T* k_cach
         if (jb >= end) continue;
         Row<T, DPT> rows[N];
         load_rows<T, D, DPT, N>(rows, v_cache, blocks, first, bs_shift, nkv, kvh, jb, end, d0);
-        // The weights of 2 consecutive keys in one 8-byte read (jb - start and partition
+        // The weights of 2 consecutive keys in one 8-byte read (jb - start and chunk
         // are even, so the read stays in the head's row).
 #pragma unroll
         for (int u2 = 0; u2 < N; u2 += 2) {
             float2 p[G];
 #pragma unroll
-            for (int g = 0; g < G; ++g) p[g] = *reinterpret_cast<const float2*>(&scores[g * partition + jb - start + u2]);
+            for (int g = 0; g < G; ++g) p[g] = *reinterpret_cast<const float2*>(&scores[g * chunk + jb - start + u2]);
 #pragma unroll
             for (int u = u2; u < u2 + 2; ++u) {
                 float row[DPT];
@@ -310,26 +408,51 @@ __device__ void attn_decode(const T* __restrict__ q, int64_t q_stride, T* k_cach
         float o = 0.f;
 #pragma unroll
         for (int w = 0; w < THREADS / 32; ++w) o += red[w][g][dim];
-        store_split<T, D>(o, stat_m[g], stat_l[g], g, dim, used, tok, b, kvh * G + g, split, splits, nh, out,
+        store_split<T, D>(o, stat_m[g], stat_l[g], dim, used, tok, kvh * G + g, first_split + split, nh, out,
                           part_o, part_ml);
     }
     if (used > 1)
-        combine_splits<T, D, G>(kvh, b, tok, used, splits, nh, nkv, out, part_o, part_ml, split_counters, last_split);
+        combine_splits<T, D, G>(kvh, b, tok, used, first_split, nh, nkv, out, part_o, part_ml, split_counters,
+                                last_split);
 }
 
-// The model-sized case (16-bit cache, d=64, 3 heads per KV head) is held to 80
-// registers so 6 blocks share an SM: more warps to hide the loads' latency (72
-// registers and 7 blocks spilled and measured slower).
-#define BLOCKS_PER_SM(T, D, G) (sizeof(T) == 2 && D == 64 && G == 3 ? 6 : 1)
+// The persistent loop: take the next item of the plan's list until none is left; the last
+// block to finish resets the queue for the next launch.
+template <typename T, int D, int G>
+__device__ void attn_decode(const T* q, int64_t q_stride, T* k_cache, T* v_cache, const int* block_tables,
+                            int max_blocks, const int* seq_lens, const int* query_start_loc, T* out, float* part_o,
+                            float2* part_ml, int* split_counters, int nh, int nkv, int bs, float scale,
+                            const int64_t* positions, const float* cos_sin, const int64_t* slots,
+                            const int2* __restrict__ row_plan, const int2* __restrict__ items, int* queue) {
+    __shared__ int next;
+    const int count = queue[2];
+    for (;;) {
+        if (threadIdx.x == 0) next = atomicAdd(&queue[0], 1);
+        __syncthreads();
+        const int i = next;
+        if (i >= count) break;
+        const int2 item = items[i], row = row_plan[item.x];
+        decode_item<T, D, G>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens, query_start_loc,
+                             out, part_o, part_ml, split_counters, nh, nkv, bs, scale, positions, cos_sin, slots,
+                             item.x, item.y & 255, item.y >> 8, row.x, row.y);
+        __syncthreads();   // every thread has read `next`, and the item's shared memory is free
+    }
+    if (threadIdx.x == 0 && atomicAdd(&queue[1], 1) == gridDim.x - 1) {
+        queue[0] = 0;      // no block takes another item: the next launch starts from the top
+        queue[1] = 0;
+    }
+}
+
+#define MIN_BLOCKS(T, D, G) (sizeof(T) == 2 && D == 64 && G == 3 ? BLOCKS_PER_SM : 1)
 #define DECODE(T, N, D, G)                                                                                      \
-    extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM(T, D, G)) attn_decode_##N##_d##D##_g##G( \
+    extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS(T, D, G)) attn_decode_##N##_d##D##_g##G( \
         const T* q, int64_t q_stride, T* k_cache, T* v_cache, const int* block_tables, int max_blocks,         \
         const int* seq_lens, const int* query_start_loc, T* out, float* part_o, float2* part_ml,               \
-        int* split_counters, int nh, int nkv, int bs, int partition, int splits, float scale,                  \
-        const int64_t* positions, const float* cos_sin, const int64_t* slots) {                                \
+        int* split_counters, int nh, int nkv, int bs, float scale, const int64_t* positions,                   \
+        const float* cos_sin, const int64_t* slots, const int2* row_plan, const int2* items, int* queue) {     \
         attn_decode<T, D, G>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens,                 \
-                             query_start_loc, out, part_o, part_ml, split_counters, nh, nkv, bs, partition,     \
-                             splits, scale, positions, cos_sin, slots);                                          \
+                             query_start_loc, out, part_o, part_ml, split_counters, nh, nkv, bs, scale,         \
+                             positions, cos_sin, slots, row_plan, items, queue);                                \
     }
 // One kernel per exact G (a compile-time head count: no per-key tests of it).
 #define DECODE_DIM(T, N, D) DECODE(T, N, D, 1) DECODE(T, N, D, 2) DECODE(T, N, D, 3) DECODE(T, N, D, 4) DECODE(T, N, D, 8)

@@ -1,18 +1,25 @@
 // Causal paged attention for a variable-length batch of multi-token queries
-// (prefill and chunked prefill), flash-attention style on the tensor cores.
+// (prefill and chunked prefill), flash-attention 2 style on the tensor cores.
 //
-// One block per (64-query tile, query head, sequence); 4 warps, each owning 16
-// query rows. K/V tiles of 64 keys are gathered through the block table into
-// shared memory as 16-bit operands; S = Q K^T and O += P V use mma.sync m16n8k16
-// (fp16 operands for fp16 storage, bf16 otherwise; fp32 accumulate) with an online
-// softmax in registers. Query j of a sequence with
-// n new tokens and context L sits at position L - n + j and sees keys <= it.
-// fp32 inputs are rounded to bf16 for the matrix products (accumulation stays fp32).
-// Launch: grid = (ceil(max_query_len / 64), nh, B), block = 128, static smem.
+// One block per (query head, tile of BM queries, sequence); 4 warps, each owning
+// MT m-tiles of 16 query rows (BM = 64 MT). K/V tiles of 64 keys are gathered through
+// the block table into shared memory with cp.async, two stages deep, so the next
+// tile's loads are in flight while the tensor cores work on this one. S = Q K^T and
+// O += P V use mma.sync m16n8k16 (fp16 operands for fp16 storage, bf16 otherwise;
+// fp32 accumulate; P rounded to the operand type, as flash attention does) with an
+// online softmax in registers, fragments loaded by ldmatrix. Query j of a sequence
+// with n new tokens and context L sits at position L - n + j and sees keys <= it;
+// only the tiles that cross that diagonal are masked.
+// fp32 caches are rounded to bf16 on their way to shared memory (accumulation stays fp32).
+// Launch: grid = (nh, ceil(max_query_len / BM), B), block = 128, dynamic smem =
+// 2 stages x (K, V) x BN x (D + PAD) 16-bit values. grid.y runs the tiles backwards: the longest (last) tiles start first,
+// and the heads of one KV head sit side by side, so their K/V reads meet in L2.
 #include "common.cuh"
 
 namespace {
-constexpr int BM = 64, BN = 64, THREADS = 128, PAD = 8;  // PAD: 16 bytes per row against bank conflicts
+constexpr int THREADS = 128, WARPS = 4, BN = 64, PAD = 8;  // PAD: 16 bytes per row against bank conflicts
+constexpr int ROWS_PER_M_TILE = 64;                          // a block's query rows per m-tile of each warp
+static_assert(ROWS_PER_M_TILE == WARPS * 16, "one m16 tile per warp");
 }
 
 // c += a b on the tensor cores, fp32 accumulation; Op (bf16 or f16) is the operand type.
@@ -33,160 +40,227 @@ __device__ __forceinline__ void mma<f16>(float (&c)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// (a, b) as two operand pairs: hi = Op(a, b), lo = Op of what hi missed.
-template <typename Op>
-__device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t& lo) {
-    hi = pack2<Op>(a, b);
-    const float2 h = unpack2<Op>(hi);
-    lo = pack2<Op>(a - h.x, b - h.y);
+__device__ __forceinline__ uint32_t smem_address(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+// Four 8x8 matrices of 16-bit values; lanes 8i..8i+7 give the row addresses of matrix i.
+// Plain: B fragments from a [n][k] tile (K); .trans: from a [k][n] tile (V).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(row)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(row)));
 }
 
-// B operand (k = key, n = dim) of P V from a row-major [key][dim] tile: a transposing
-// 8x8 matrix load; lanes 0-15 give the addresses of the 16 key rows.
-__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& b0, uint32_t& b1, const void* row) {
-    const uint32_t addr = (uint32_t)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(b0), "=r"(b1) : "r"(addr));
+// 16 bytes from global to shared memory without a register round trip; zeros when !valid.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
 }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all_but_newest() { asm volatile("cp.async.wait_group 1;\n" ::); }
 
-template <typename T, int D, typename Op = typename Operand<T>::type>
-__device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k_cache,
-                             const T* __restrict__ v_cache, const int* __restrict__ block_tables, int max_blocks,
-                             const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc,
-                             T* __restrict__ out, int nh, int nkv, int bs, float scale_log2) {
-    constexpr int LD = D + PAD;
-    __shared__ __align__(16) Op ks[BN][LD];
-    __shared__ __align__(16) Op vs[BN][LD];
+template <typename Op, int D> using KVTile = Op[BN][D + PAD];
 
-    const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int q0 = query_start_loc[b], n = query_start_loc[b + 1] - q0, L = seq_lens[b];
-    if (tile * BM >= n) return;
-    const int kvh = h / (nh / nkv);
-    const int* table = block_tables + (int64_t)b * max_blocks;
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int r = lane / 4, cq = (lane % 4) * 2;  // fragment row / column pair of this lane
-
-    // This lane's two query rows; lim = last visible key position, -1 for rows past n.
-    const int qi[2] = {tile * BM + warp * 16 + r, tile * BM + warp * 16 + r + 8};
-    int lim[2];
-    uint32_t qf[D / 16][4];  // A fragments of Q, kept in registers for the whole loop
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        lim[i] = qi[i] < n ? L - n + qi[i] : -1;
-        const T* row = q + (int64_t)(q0 + min(qi[i], n - 1)) * q_stride + (int64_t)h * D;
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            qf[kk][i] = load2_as<Op>(row + kk * 16 + cq);
-            qf[kk][i + 2] = load2_as<Op>(row + kk * 16 + cq + 8);
-        }
-    }
-
-    float o[D / 8][4];
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-
-    const int kv_end = L - n + min(n, (tile + 1) * BM);  // one past the tile's last visible key
-    for (int kv0 = 0; kv0 < kv_end; kv0 += BN) {
-        __syncthreads();  // the previous tile's smem reads are done
-        for (int idx = tid; idx < BN * D / 8; idx += THREADS) {
-            const int row = idx / (D / 8), c = (idx % (D / 8)) * 8, j = kv0 + row;
+// Starts copying the K and V rows kv0 .. kv0 + BN of KV head kvh into shared memory;
+// rows at or past kv_end become zeros (their weights are 0, and 0 * stale data could be NaN).
+template <typename T, typename Op, int D>
+__device__ __forceinline__ void load_kv_tile(KVTile<Op, D>& ks, KVTile<Op, D>& vs, const T* k_cache,
+                                             const T* v_cache, const int* table, int bs_shift, int nkv, int kvh,
+                                             int kv0, int kv_end) {
+    for (int idx = threadIdx.x; idx < BN * D / 8; idx += THREADS) {
+        const int row = idx / (D / 8), c = (idx % (D / 8)) * 8, j = kv0 + row;
+        const bool valid = j < kv_end;
+        const int64_t slot = valid ? ((int64_t)table[j >> bs_shift] << bs_shift) + (j & ((1 << bs_shift) - 1)) : 0;
+        const int64_t off = (slot * nkv + kvh) * D + c;
+        if constexpr (sizeof(T) == 2) {   // stored as the operand type: copied as it is
+            cp_async16(&ks[row][c], k_cache + off, valid);
+            cp_async16(&vs[row][c], v_cache + off, valid);
+        } else {                          // float: converted on the way, through registers
             uint4 kw = make_uint4(0, 0, 0, 0), vw = kw;
-            if (j < kv_end) {
-                const int64_t off = (((int64_t)table[j / bs] * bs + j % bs) * nkv + kvh) * D + c;
+            if (valid) {
                 kw = load8_as<Op>(k_cache + off);
                 vw = load8_as<Op>(v_cache + off);
             }
             *reinterpret_cast<uint4*>(&ks[row][c]) = kw;
             *reinterpret_cast<uint4*>(&vs[row][c]) = vw;
         }
-        __syncthreads();
-
-        float s[BN / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt) {
-            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk)
-                mma<Op>(s[nt], qf[kk], load2_as<Op>(&ks[nt * 8 + r][kk * 16 + cq]),
-                        load2_as<Op>(&ks[nt * 8 + r][kk * 16 + cq + 8]));
-        }
-
-        // Causal mask and online softmax (base 2). Element e of tile nt: row e / 2, key cq + e % 2.
-        float mx[2] = {m[0], m[1]};
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int j = kv0 + nt * 8 + cq + (e & 1);
-                s[nt][e] = j <= lim[e / 2] ? s[nt][e] * scale_log2 : -INFINITY;
-                mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
-            }
-        float base[2], corr[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-            base[i] = mx[i] == -INFINITY ? 0.f : mx[i];  // fully masked row: keep exp2 finite
-            corr[i] = exp2f(m[i] - base[i]);
-            m[i] = mx[i];
-            l[i] *= corr[i];
-        }
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                s[nt][e] = exp2f(s[nt][e] - base[e / 2]);
-                l[e / 2] += s[nt][e];  // per-lane partial; summed over the quad at the end
-            }
-#pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt) {
-            o[dt][0] *= corr[0]; o[dt][1] *= corr[0];
-            o[dt][2] *= corr[1]; o[dt][3] *= corr[1];
-        }
-
-        // O += P V: two adjacent S tiles form one A fragment (the accumulator layout matches).
-        // P goes in as two operand terms, hi + lo, so P V sees P to ~16 mantissa bits,
-        // as close to the float32 reference as the cost of one more mma allows.
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-            uint32_t hi[4], lo[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const float* p = s[2 * kk + i / 2] + 2 * (i % 2);
-                split2<Op>(p[0], p[1], hi[i], lo[i]);
-            }
-#pragma unroll
-            for (int dt = 0; dt < D / 8; ++dt) {
-                uint32_t b0, b1;
-                ldmatrix_x2_trans(b0, b1, &vs[kk * 16 + (lane % 16)][dt * 8]);
-                mma<Op>(o[dt], hi, b0, b1);
-                mma<Op>(o[dt], lo, b0, b1);
-            }
-        }
-    }
-
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-        if (qi[i] >= n) continue;
-        T* row = out + ((int64_t)(q0 + qi[i]) * nh + h) * D;
-        const float inv = 1.f / l[i];
-#pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt) {
-            row[dt * 8 + cq] = from_float<T>(o[dt][2 * i] * inv);
-            row[dt * 8 + cq + 1] = from_float<T>(o[dt][2 * i + 1] * inv);
-        }
     }
 }
 
-#define PREFILL(T, N, D)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(THREADS) attn_prefill_##N##_d##D(                          \
-        const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, const int* block_tables,          \
-        int max_blocks, const int* seq_lens, const int* query_start_loc, T* out, int nh, int nkv, int bs,    \
-        float scale_log2) {                                                                                  \
-        attn_prefill<T, D>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens,                \
-                           query_start_loc, out, nh, nkv, bs, scale_log2);                                   \
+template <typename T, int D, int MT, typename Op = typename Operand<T>::type>
+__device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k_cache,
+                             const T* __restrict__ v_cache, const int* __restrict__ block_tables, int max_blocks,
+                             const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc,
+                             T* __restrict__ out, int nh, int nkv, int bs, float scale_log2) {
+    constexpr int BM = ROWS_PER_M_TILE * MT;
+    extern __shared__ __align__(16) unsigned char smem[];
+    KVTile<Op, D>* ks = reinterpret_cast<KVTile<Op, D>*>(smem);   // [2 stages]
+    KVTile<Op, D>* vs = ks + 2;
+
+    const int h = blockIdx.x, tile = gridDim.y - 1 - blockIdx.y, b = blockIdx.z;
+    const int q0 = query_start_loc[b], n = query_start_loc[b + 1] - q0, L = seq_lens[b];
+    if (tile * BM >= n) return;
+    const int kvh = h / (nh / nkv), bs_shift = __ffs(bs) - 1;   // the host keeps bs a power of two
+    const int* table = block_tables + (int64_t)b * max_blocks;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int r = lane / 4, cq = (lane % 4) * 2;  // fragment row / column pair of this lane
+
+    // This lane's query rows (two per m-tile) and the last key each sees. Rows past n
+    // repeat row n - 1 (nothing is masked out entirely) and are not stored.
+    int qi[MT][2], lim[MT][2];
+    uint32_t qf[MT][D / 16][4];  // A fragments of Q, in registers for the whole loop
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            qi[mt][i] = tile * BM + (warp * MT + mt) * 16 + r + 8 * i;
+            const int row_q = min(qi[mt][i], n - 1);
+            lim[mt][i] = L - n + row_q;
+            const T* row = q + (int64_t)(q0 + row_q) * q_stride + (int64_t)h * D;
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) {
+                qf[mt][kk][i] = load2_as<Op>(row + kk * 16 + cq);
+                qf[mt][kk][i + 2] = load2_as<Op>(row + kk * 16 + cq + 8);
+            }
+        }
+
+    float o[MT][D / 8][4], m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.f;
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.f;
     }
-#define PREFILL_ALL(T, N) PREFILL(T, N, 64) PREFILL(T, N, 128)
+
+    const int visible_to_all = L - n + tile * BM;               // keys up to here: no row of the tile masks them
+    const int kv_end = L - n + min(n, (tile + 1) * BM);         // one past the tile's last visible key
+    const int kv_tiles = (kv_end + BN - 1) / BN;
+    load_kv_tile<T, Op, D>(ks[0], vs[0], k_cache, v_cache, table, bs_shift, nkv, kvh, 0, kv_end);
+    cp_async_commit();
+    for (int t = 0; t < kv_tiles; ++t) {
+        const int kv0 = t * BN, stage = t & 1;
+        if (t + 1 < kv_tiles)   // the other stage was last read before the previous iteration's final barrier
+            load_kv_tile<T, Op, D>(ks[stage ^ 1], vs[stage ^ 1], k_cache, v_cache, table, bs_shift, nkv, kvh,
+                                   kv0 + BN, kv_end);
+        cp_async_commit();                  // (an empty group on the last tile keeps the count uniform)
+        cp_async_wait_all_but_newest();     // this thread's copies of tile t have landed ...
+        __syncthreads();                    // ... and everyone's
+        const KVTile<Op, D>& kt = ks[stage];
+        const KVTile<Op, D>& vt = vs[stage];
+
+        // S = Q K^T. One ldmatrix.x4 gives the B fragments of two 16-dim steps.
+        float s[MT][BN / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
+#pragma unroll
+            for (int k2 = 0; k2 < D / 32; ++k2) {
+                uint32_t kb[4];
+                ldmatrix_x4(kb, &kt[nt * 8 + (lane & 7)][k2 * 32 + (lane >> 3) * 8]);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    mma<Op>(s[mt][nt], qf[mt][2 * k2], kb[0], kb[1]);
+                    mma<Op>(s[mt][nt], qf[mt][2 * k2 + 1], kb[2], kb[3]);
+                }
+            }
+        }
+
+        // Causal mask (tiles past the diagonal only) and online softmax, base 2.
+        // Element e of tile nt: row e / 2, key cq + e % 2.
+        const bool masked = kv0 + BN - 1 > visible_to_all;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            float mx[2] = {m[mt][0], m[mt][1]};
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float v = s[mt][nt][e] * scale_log2;
+                    if (masked && kv0 + nt * 8 + cq + (e & 1) > lim[mt][e / 2]) v = -INFINITY;
+                    s[mt][nt][e] = v;
+                    mx[e / 2] = fmaxf(mx[e / 2], v);
+                }
+            float base[2], corr[2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+                base[i] = mx[i] == -INFINITY ? 0.f : mx[i];  // no key seen yet: keep exp2 finite
+                corr[i] = exp2f(m[mt][i] - base[i]);
+                m[mt][i] = mx[i];
+                l[mt][i] *= corr[i];
+            }
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    s[mt][nt][e] = exp2f(s[mt][nt][e] - base[e / 2]);
+                    l[mt][e / 2] += s[mt][nt][e];  // per-lane partial; summed over the quad at the end
+                }
+#pragma unroll
+            for (int dt = 0; dt < D / 8; ++dt) {
+                o[mt][dt][0] *= corr[0]; o[mt][dt][1] *= corr[0];
+                o[mt][dt][2] *= corr[1]; o[mt][dt][3] *= corr[1];
+            }
+        }
+
+        // O += P V: two adjacent S tiles form one A fragment (the accumulator layout
+        // matches); one ldmatrix.x4.trans gives the B fragments of two 8-dim tiles.
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            uint32_t pa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const float* p = s[mt][2 * kk + i / 2] + 2 * (i % 2);
+                    pa[mt][i] = pack2<Op>(p[0], p[1]);
+                }
+#pragma unroll
+            for (int d2 = 0; d2 < D / 16; ++d2) {
+                uint32_t vb[4];
+                ldmatrix_x4_trans(vb, &vt[kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8][d2 * 16 + (lane >> 4) * 8]);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    mma<Op>(o[mt][2 * d2], pa[mt], vb[0], vb[1]);
+                    mma<Op>(o[mt][2 * d2 + 1], pa[mt], vb[2], vb[3]);
+                }
+            }
+        }
+        __syncthreads();   // this stage is read: the next iteration may load into it
+    }
+
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            float sum = l[mt][i];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            if (qi[mt][i] >= n) continue;
+            T* row = out + ((int64_t)(q0 + qi[mt][i]) * nh + h) * D;
+            const float inv = 1.f / sum;
+#pragma unroll
+            for (int dt = 0; dt < D / 8; ++dt) {
+                row[dt * 8 + cq] = from_float<T>(o[mt][dt][2 * i] * inv);
+                row[dt * 8 + cq + 1] = from_float<T>(o[mt][dt][2 * i + 1] * inv);
+            }
+        }
+}
+
+// MT = 2 (128-row tiles) for long prompts at d = 64; MT = 1 (64 rows) for short queries and
+// for d = 128, whose fragments would not fit twice in the registers.
+#define PREFILL(T, N, D, MT)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(THREADS, 2) attn_prefill_##N##_d##D##_m##MT(                 \
+        const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, const int* block_tables,            \
+        int max_blocks, const int* seq_lens, const int* query_start_loc, T* out, int nh, int nkv, int bs,      \
+        float scale_log2) {                                                                                    \
+        attn_prefill<T, D, MT>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens,              \
+                               query_start_loc, out, nh, nkv, bs, scale_log2);                                 \
+    }
+#define PREFILL_ALL(T, N) PREFILL(T, N, 64, 1) PREFILL(T, N, 64, 2) PREFILL(T, N, 128, 1)
 FOR_EACH_DTYPE(PREFILL_ALL)

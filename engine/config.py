@@ -17,8 +17,7 @@ QUANTIZATIONS = ("none", "gguf")
 DTYPES = ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
 
 # Tuning knobs of the cuda backend that a benchmark sweep sets from the environment.
-ENV_OVERRIDES = {"decode_waves": ("ROADGATE_DECODE_WAVES", float),
-                 "decode_fill_context": ("ROADGATE_DECODE_FILL_CONTEXT", int),
+ENV_OVERRIDES = {"decode_slack": ("ROADGATE_DECODE_SLACK", float),
                  "cuda_debug": ("ROADGATE_CUDA_DEBUG", lambda v: v not in ("", "0"))}
 
 
@@ -38,9 +37,10 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     seed: int = 0
     enforce_eager: bool = False           # no CUDA graphs
-    # The cuda backend's decode split policy (engine.ops.cuda_ops.decode_partition).
-    decode_waves: float = 2.0
-    decode_fill_context: int = 1 << 30
+    # The cuda backend's decode work list (cuda_src/attention_decode.cu, plan_decode): keys per
+    # chunk at least this many times the even share of one block slot. Above 1, fewer, longer
+    # chunks: each chunk costs a block's set-up and a share of the combine.
+    decode_slack: float = 1.25
     # The gemv kernels take up to 8 rows but beat norm/activation + cuBLAS only up to
     # about 2 (benchmarks/kernels.py: 1 row 12.6 vs 21.3 µs a layer, 4 rows 24.4 vs 21.9).
     gemv_max_rows: int = 2
@@ -66,8 +66,8 @@ class EngineConfig:
                              f"of {self.block_size}")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
-        if self.decode_waves <= 0 or self.gemv_max_rows < 0:
-            raise ValueError("decode_waves must be > 0 and gemv_max_rows >= 0")
+        if self.decode_slack < 1 or self.gemv_max_rows < 0:
+            raise ValueError("decode_slack must be >= 1 and gemv_max_rows >= 0")
 
     @classmethod
     def from_env(cls, model: str, environ=os.environ, **settings) -> EngineConfig:

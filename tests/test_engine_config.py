@@ -15,6 +15,7 @@ from engine.config import EngineConfig
     ({"max_model_len": 0}, "max_model_len must be >= 1"),
     ({"kv_cache_tokens": 8}, "KV cache of 8 tokens holds less than one block of 16"),
     ({"gpu_memory_utilization": 1.5}, r"gpu_memory_utilization must be in \(0, 1\]"),
+    ({"decode_slack": 0.5}, "decode_slack must be >= 1"),
 ])
 def test_bad_settings_are_refused_by_name(settings, message):
     with pytest.raises(ValueError, match=message):
@@ -22,12 +23,12 @@ def test_bad_settings_are_refused_by_name(settings, message):
 
 
 def test_environment_overrides_fill_only_what_the_caller_left_unset():
-    env = {"ROADGATE_DECODE_WAVES": "4", "ROADGATE_CUDA_DEBUG": "1"}
-    config = EngineConfig.from_env("m", environ=env, decode_fill_context=1024)
-    assert (config.decode_waves, config.cuda_debug, config.decode_fill_context) == (4.0, True, 1024)
-    assert EngineConfig.from_env("m", environ=env, decode_waves=2.0).decode_waves == 2.0
-    with pytest.raises(ValueError, match="ROADGATE_DECODE_WAVES='many' is not a valid decode_waves"):
-        EngineConfig.from_env("m", environ={"ROADGATE_DECODE_WAVES": "many"})
+    env = {"ROADGATE_DECODE_SLACK": "1.5", "ROADGATE_CUDA_DEBUG": "1"}
+    config = EngineConfig.from_env("m", environ=env, gemv_max_rows=4)
+    assert (config.decode_slack, config.cuda_debug, config.gemv_max_rows) == (1.5, True, 4)
+    assert EngineConfig.from_env("m", environ=env, decode_slack=2.0).decode_slack == 2.0
+    with pytest.raises(ValueError, match="ROADGATE_DECODE_SLACK='many' is not a valid decode_slack"):
+        EngineConfig.from_env("m", environ={"ROADGATE_DECODE_SLACK": "many"})
     with pytest.raises(TypeError, match="unknown engine settings: max_seqs"):
         EngineConfig.from_env("m", environ={}, max_seqs=3)
     with pytest.raises(AttributeError):   # frozen: built once, never poked afterwards

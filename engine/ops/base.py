@@ -34,6 +34,10 @@ class AttentionMetadata:
     # The backend's own plan of the step (Ops.plan_step), and what it works out there
     # once for all layers; None where it needs none.
     plan: object = None
+    # What a backend works out on the device at the step's first layer and every later
+    # layer reuses (the cuda backend's decode work list): it cannot be planned on the host
+    # when the step is a replayed CUDA graph. Set by the backend; None before.
+    device_plan: object = None
 
 
 @dataclass

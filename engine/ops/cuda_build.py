@@ -93,10 +93,14 @@ class Launcher:
     is made here and adopted by torch (`new_stream`): torch's work and our launches on it are
     ordered, and a graph captured on it records both."""
 
-    def __init__(self, debug: bool = False):
+    def __init__(self, device_index: int, debug: bool = False):
         import pycuda.driver as drv
-        self.drv, self.debug = drv, debug
-        self._streams: dict[int, object] = {}   # CUstream handle -> the pycuda.driver.Stream
+        import torch
+        self.drv, self.debug, self.device_index = drv, debug, device_index
+        self._streams: dict[int, object] = {0: None}   # CUstream handle -> the pycuda.driver.Stream
+        # torch's current stream as a raw handle: torch.cuda.current_stream() builds a
+        # Stream object per call, a large share of an eager launch's host time.
+        self._raw_stream = torch._C._cuda_getCurrentRawStream
 
     def new_stream(self):
         """A stream for torch (`torch.cuda.stream(s)`, `torch.cuda.graph(g, stream=s)`) that
@@ -106,12 +110,10 @@ class Launcher:
         self._streams[stream.handle] = stream
         return torch.cuda.ExternalStream(stream.handle)
 
-    def stream(self, handle: int):
-        """The PyCUDA stream for torch's stream `handle`; None is the default stream."""
-        if handle == 0:
-            return None
+    def current_stream(self):
+        """The PyCUDA stream of torch's current stream; None is the default stream."""
         try:
-            return self._streams[handle]
+            return self._streams[self._raw_stream(self.device_index)]
         except KeyError:
             raise RuntimeError("kernel launch on a CUDA stream PyCUDA did not create: run it on the default "
                                "stream or on one from CudaOps.new_stream()") from None
@@ -149,7 +151,7 @@ class Kernel:
             self._smem_limit = shared
         grid = (*grid, 1, 1)[:3] if isinstance(grid, tuple) else (grid, 1, 1)
         block = (*block, 1, 1)[:3] if isinstance(block, tuple) else (block, 1, 1)
-        stream = self.launcher.stream(torch.cuda.current_stream().cuda_stream)
+        stream = self.launcher.current_stream()
         try:
             self.function.prepared_async_call(grid, block, stream, *values, shared_size=shared)
             if self.launcher.debug and not torch.cuda.is_current_stream_capturing():

@@ -9,21 +9,26 @@ from __future__ import annotations
 
 import atexit
 import math
+from dataclasses import dataclass
 
 import torch
 
 from engine.config import EngineConfig
 from engine.ops import cuda_build
 from engine.ops.base import Ops, SamplingTensors
-from engine.ops.kernel_table import DECODE_GROUPS, KERNELS, constant
+from engine.ops.kernel_table import DECODE_GROUPS, KERNELS, PREFILL_SHAPES, constant
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 # Shared with cuda_src/ through the kernel table, which a CPU test checks against the sources.
-_PREFILL_TILE = constant("PREFILL_TILE")
+_PREFILL_ROWS_PER_M_TILE = constant("PREFILL_ROWS_PER_M_TILE")
+_PREFILL_KEYS, _PREFILL_PAD = constant("PREFILL_KEYS"), constant("PREFILL_PAD")
 _DECODE_THREADS = constant("DECODE_THREADS")
-_MAX_PARTITION = constant("MAX_PARTITION")
+_MIN_CHUNK, _MAX_CHUNK = constant("DECODE_MIN_CHUNK"), constant("DECODE_MAX_CHUNK")
+_CHUNK_ALIGN, _DECODE_BLOCKS_PER_SM = constant("DECODE_CHUNK_ALIGN"), constant("DECODE_BLOCKS_PER_SM")
+_PLAN_THREADS = constant("DECODE_PLAN_THREADS")
 _MIN_BLOCK_SIZE = constant("MIN_BLOCK_SIZE")
 _GEMV_WARPS, _GEMV_KERNEL_MAX_ROWS = constant("GEMV_WARPS"), constant("GEMV_MAX_ROWS")
+_NORM_ROWS = constant("RMS_NORM_ROWS_PER_BLOCK")
 _SMEM_BYTES = 48 * 1024              # the gemv's x' must fit without an opt-in
 
 
@@ -33,10 +38,33 @@ def _float_residual(residual: torch.Tensor | None) -> torch.Tensor | None:
     return None if residual is None else residual.contiguous()
 
 
+def _rope_inputs(step) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The step's positions, RoPE table and cache slots as the kernels read them. Checked,
+    not converted: they are made that way once a step, and every layer passes them."""
+    positions, cos_sin, slots = step.positions, step.cos_sin, step.meta.slot_mapping
+    if positions.dtype != torch.int64 or slots.dtype != torch.int64 or cos_sin.dtype != torch.float32:
+        raise TypeError("the step's positions and slot_mapping must be int64 and its RoPE table float32")
+    if not (positions.is_contiguous() and slots.is_contiguous() and cos_sin.is_contiguous()):
+        raise ValueError("the step's positions, slot_mapping and RoPE table must be contiguous")
+    return positions, cos_sin, slots
+
+
 def _dtype_name(t: torch.Tensor) -> str:
     if t.dtype not in _DTYPES:
         raise TypeError(f"cuda ops support bf16, fp16 and float32 tensors, not {t.dtype}")
     return _DTYPES[t.dtype]
+
+
+@dataclass
+class DecodeWorkList:
+    """A decode step's work list on the device (plan_decode), made at the first layer and
+    read by every layer's attention launch; sized for any lengths up to the step's maximum."""
+    row_plan: torch.Tensor      # [B, 2] int32: keys per chunk, the row's first workspace split
+    items: torch.Tensor         # [max_items, 2] int32: (row, chunk << 8 | KV head), longest first
+    part_o: torch.Tensor        # [splits, nh, d] float32: partial outputs of split rows
+    part_ml: torch.Tensor       # [splits, nh, 2] float32: their (max, sum)
+    grid: int                   # persistent blocks: one per slot, at most one per item
+    max_chunk: int              # keys per chunk at most (the scores' shared memory)
 
 
 class CudaOps(Ops):
@@ -58,21 +86,24 @@ class CudaOps(Ops):
         atexit.register(self._context.pop)
         major, minor = device.compute_capability()
         self.num_sms = device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
-        # Decode split policy (see decode_partition); benchmarks/kernels.py sweeps them.
-        self.decode_waves = config.decode_waves
-        self.decode_fill_context = config.decode_fill_context
+        # The decode work list's chunk size (see plan_decode); benchmarks/kernels.py sweeps it.
+        self.decode_slack = config.decode_slack
         self.gemv_max_rows = config.gemv_max_rows
         try:
             cubins = cuda_build.build_all(f"sm_{major}{minor}")
         except RuntimeError as e:
             raise RuntimeError(f"CudaOps: compiling cuda_src failed: {e}") from e
-        self.launcher = cuda_build.Launcher(debug=config.cuda_debug)
+        self.launcher = cuda_build.Launcher(torch.cuda.current_device(), debug=config.cuda_debug)
         mods = {stem: self.launcher.load(path) for stem, path in cubins.items()}
         self._k = {spec.key: mods[spec.source].kernel(spec.name, spec.signature) for spec in KERNELS}
         # Decode attention's per-(sequence, KV head) split counters. Kernels leave them
         # zero; a larger batch gets a new buffer, and old ones stay alive because
         # captured CUDA graphs hold their addresses.
         self._split_counters: list[torch.Tensor] = []
+        # The decode work queue: next item, blocks finished (both left zero by every
+        # launch), item count (written by each plan). One for all launches: they are ordered
+        # on the stream, and captured graphs hold its address.
+        self.work_queue = torch.zeros(3, dtype=torch.int32, device="cuda")
 
     def plan_step(self, query_lens, seq_lens) -> None:
         return None   # the kernels read the lengths on the device
@@ -97,7 +128,8 @@ class CudaOps(Ops):
         rows = x.numel() // H
         residual = _float_residual(residual)
         if rows:
-            self._k["rms_norm", _dtype_name(x)](rows, 256, x, residual, weight, out, r, H, float(eps))
+            self._k["rms_norm", _dtype_name(x)](math.ceil(rows / _NORM_ROWS), 32 * _NORM_ROWS, x, residual, weight,
+                                                out, r, rows, H, float(eps))
         return out, r
 
     # ------------------------------------------------------------ linear layers
@@ -143,12 +175,12 @@ class CudaOps(Ops):
         y = torch.empty((M, layer.qkv.shape[0]), dtype=x.dtype, device=x.device)
         tasks = (nh + nkv) * d // 2 + nkv * d
         if M:
+            positions, cos_sin, slots = _rope_inputs(step)
             self._k["gemv_qkv_rope", _dtype_name(x)](
                 math.ceil(tasks / _GEMV_WARPS), 32 * _GEMV_WARPS, x.contiguous(), _float_residual(residual),
                 layer.attn_norm.contiguous(), r,
-                layer.qkv.contiguous(), y, M, K, float(s.rms_norm_eps), step.positions.long().contiguous(),
-                step.cos_sin.float().contiguous(), k_cache, v_cache, step.meta.slot_mapping.long().contiguous(),
-                nh, nkv, d, shared=M * K * 4)
+                layer.qkv.contiguous(), y, M, K, float(s.rms_norm_eps), positions, cos_sin, k_cache, v_cache,
+                slots, nh, nkv, d, shared=M * K * 4)
         return y[:, :nh * d].view(M, nh, d), r
 
     def silu_linear(self, x, weight):
@@ -172,9 +204,8 @@ class CudaOps(Ops):
             if t.stride(2) != 1 or t.stride(1) != d:
                 raise ValueError("rope_and_cache needs each token's heads as contiguous d-vectors")
         if T:
-            self._k["rope", _dtype_name(q)](T, 128, q, k, v, step.positions.long().contiguous(),
-                                            step.cos_sin.float().contiguous(), k_cache, v_cache,
-                                            step.meta.slot_mapping.long().contiguous(), nh, nkv, d,
+            positions, cos_sin, slots = _rope_inputs(step)
+            self._k["rope", _dtype_name(q)](T, 128, q, k, v, positions, cos_sin, k_cache, v_cache, slots, nh, nkv, d,
                                             q.stride(0), k.stride(0), v.stride(0))
 
     def attention_block(self, x, residual, layer, kv_cache, step):
@@ -188,8 +219,7 @@ class CudaOps(Ops):
         # (one launch a layer fewer: rope_and_cache was 3.3 us of a B=256 layer).
         qkv, residual = self.norm_linear(x, residual, layer.attn_norm, s.rms_norm_eps, layer.qkv)
         q = qkv[:, :nh * d].view(qkv.shape[0], nh, d)
-        rope = (step.positions.long().contiguous(), step.cos_sin.float().contiguous(),
-                meta.slot_mapping.long().contiguous())
+        rope = _rope_inputs(step)
         attn = self._attention(q, *kv_cache, meta, s.scale, rope)
         return self.linear(attn.flatten(1), layer.o), residual
 
@@ -213,43 +243,63 @@ class CudaOps(Ops):
             raise ValueError(f"cuda attention supports head_dim 64 and 128, not {d}")
         if bs < _MIN_BLOCK_SIZE or bs & (bs - 1):
             raise ValueError(f"cuda attention needs KV blocks of a power of two >= {_MIN_BLOCK_SIZE} tokens, not {bs}")
-        tables, max_blocks = meta.block_tables, meta.block_tables.shape[1]
         if meta.max_query_len == 1:
             self._decode(q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs, rope=rope)
         else:
-            grid = (math.ceil(meta.max_query_len / _PREFILL_TILE), nh, B)
-            self._k["prefill", dt, d](grid, 128, q, q.stride(0), k_cache, v_cache, tables, max_blocks,
-                                      meta.seq_lens, meta.query_start_loc, out, nh, nkv, bs,
-                                      float(scale * math.log2(math.e)))
+            self._prefill(q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs)
         return out
 
-    def decode_partition(self, batch: int, nkv: int, max_seq_len: int) -> int:
-        """Keys per split of decode attention: enough blocks to fill the GPU
-        DECODE_WAVES times over at a context of up to DECODE_FILL_CONTEXT, and at most
-        1,024. (Whole sequences of up to 2,048 keys at batch 256 were faster on a batch
-        of equal lengths, 46.5 vs 54.2 us at context 1,025, and slower on nano-bench's
-        mixed ones, 53.8-54.7k vs 56.7-57.2k tok/s: one wave of blocks lasts as long
-        as its longest block.)"""
-        want_splits = max(1, math.ceil(self.decode_waves * self.num_sms / (batch * nkv)))
-        context = min(max_seq_len, self.decode_fill_context)
-        return min(_MAX_PARTITION, max(32, 16 * math.ceil(context / want_splits / 16)))
+    @staticmethod
+    def prefill_m_tiles(d: int, max_query_len: int) -> int:
+        """16-row m-tiles per warp of the prefill kernel: two (128-query tiles, twice the
+        reuse of each K/V fragment) where the queries are long enough to fill them and the
+        head dim leaves the registers for it, else one."""
+        return 2 if max_query_len > _PREFILL_ROWS_PER_M_TILE and (d, 2) in PREFILL_SHAPES else 1
 
-    def _decode(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs, partition=None, rope=None):
+    def _prefill(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs):
+        mt = self.prefill_m_tiles(d, meta.max_query_len)
+        grid = (nh, math.ceil(meta.max_query_len / (_PREFILL_ROWS_PER_M_TILE * mt)), B)
+        self._k["prefill", dt, d, mt](grid, 128, q, q.stride(0), k_cache, v_cache, meta.block_tables,
+                                      meta.block_tables.shape[1], meta.seq_lens, meta.query_start_loc, out, nh,
+                                      nkv, bs, float(scale * math.log2(math.e)),
+                                      shared=2 * 2 * _PREFILL_KEYS * (d + _PREFILL_PAD) * 2)  # K, V; 2 stages
+
+    def plan_decode(self, meta, nh: int, nkv: int, d: int) -> DecodeWorkList:
+        """Launch plan_decode for the step of `meta`; its work list. The buffers are sized
+        from the batch and its longest row (in a CUDA graph: max_model_len), which bound
+        the chunks: each holds at least MIN_CHUNK keys, or the even share of a slot times
+        the slack, or MAX_CHUNK when that share is larger."""
+        B, max_len = meta.seq_lens.shape[0], meta.max_seq_len
+        if nkv > 255:
+            raise ValueError(f"cuda decode attention packs the KV head into 8 bits; {nkv} KV heads do not fit")
+        slots = self.num_sms * _DECODE_BLOCKS_PER_SM
+        share = math.ceil(nkv * B * max_len * self.decode_slack / slots)
+        max_chunk = min(_MAX_CHUNK, _CHUNK_ALIGN * math.ceil(max(_MIN_CHUNK, min(share, max_len)) / _CHUNK_ALIGN))
+        splits = min(B * math.ceil(max_len / _MIN_CHUNK),
+                     B + max(math.ceil(slots / nkv), B * math.ceil(max_len / max_chunk)))
+        dev = meta.seq_lens.device
+        work = DecodeWorkList(
+            row_plan=torch.empty((B, 2), dtype=torch.int32, device=dev),
+            items=torch.empty((splits * nkv, 2), dtype=torch.int32, device=dev),
+            part_o=torch.empty((splits, nh, d), dtype=torch.float32, device=dev),
+            part_ml=torch.empty((splits, nh, 2), dtype=torch.float32, device=dev),
+            grid=min(slots, splits * nkv), max_chunk=max_chunk)
+        self._k["plan_decode"](1, _PLAN_THREADS, meta.seq_lens, B, nkv, slots, float(self.decode_slack), max_chunk,
+                               work.row_plan, work.items, self.work_queue)
+        return work
+
+    def _decode(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs, rope=None):
         G = nh // nkv
         if G not in DECODE_GROUPS:
             raise ValueError(f"cuda decode attention is built for {DECODE_GROUPS} query heads per KV head, not {G}")
-        partition = partition or self.decode_partition(B, nkv, meta.max_seq_len)
-        splits = math.ceil(meta.max_seq_len / partition)
-        if splits > 1:
-            part_o = torch.empty((B, nh, splits, d), dtype=torch.float32, device=q.device)
-            part_ml = torch.empty((B, nh, splits, 2), dtype=torch.float32, device=q.device)
-            counters = self._counters(B * nkv, q.device)
-        else:
-            part_o = part_ml = counters = None
+        if meta.device_plan is None:      # the step's first layer plans for all of them
+            meta.device_plan = self.plan_decode(meta, nh, nkv, d)
+        work = meta.device_plan
         self._k["decode", dt, d, G](
-            (B * nkv, splits), _DECODE_THREADS, q, q.stride(0), k_cache, v_cache, meta.block_tables,
-            meta.block_tables.shape[1], meta.seq_lens, meta.query_start_loc, out, part_o, part_ml, counters,
-            nh, nkv, bs, partition, splits, float(scale), *(rope or (None, None, None)), shared=G * partition * 4)
+            work.grid, _DECODE_THREADS, q, q.stride(0), k_cache, v_cache, meta.block_tables,
+            meta.block_tables.shape[1], meta.seq_lens, meta.query_start_loc, out, work.part_o, work.part_ml,
+            self._counters(B * nkv, q.device), nh, nkv, bs, float(scale), *(rope or (None, None, None)),
+            work.row_plan, work.items, self.work_queue, shared=G * work.max_chunk * 4)
 
     def _counters(self, n: int, device) -> torch.Tensor:
         if not self._split_counters or self._split_counters[-1].numel() < n:

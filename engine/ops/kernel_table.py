@@ -14,13 +14,22 @@ from dataclasses import dataclass
 DTYPES = ("bf16", "f16", "f32")
 HEAD_DIMS = (64, 128)
 DECODE_GROUPS = (1, 2, 3, 4, 8)   # query heads per KV head the decode kernel is built for (exactly)
+# (head dim, m-tiles of 16 query rows per warp) the prefill kernel is built for.
+PREFILL_SHAPES = ((64, 1), (64, 2), (128, 1))
 
 # The host's name -> (source, the source's name, value): `constexpr int NAME = value` there.
 CONSTANTS = {
-    "PREFILL_TILE": ("attention_prefill.cu", "BM", 64),
+    "PREFILL_ROWS_PER_M_TILE": ("attention_prefill.cu", "ROWS_PER_M_TILE", 64),
+    "PREFILL_KEYS": ("attention_prefill.cu", "BN", 64),
+    "PREFILL_PAD": ("attention_prefill.cu", "PAD", 8),
     "DECODE_THREADS": ("attention_decode.cu", "THREADS", 128),
-    "MAX_PARTITION": ("attention_decode.cu", "MAX_PARTITION", 1024),
+    "DECODE_MIN_CHUNK": ("attention_decode.cu", "MIN_CHUNK", 128),
+    "DECODE_MAX_CHUNK": ("attention_decode.cu", "MAX_CHUNK", 2048),
+    "DECODE_CHUNK_ALIGN": ("attention_decode.cu", "CHUNK_ALIGN", 16),
+    "DECODE_BLOCKS_PER_SM": ("attention_decode.cu", "BLOCKS_PER_SM", 6),
+    "DECODE_PLAN_THREADS": ("attention_decode.cu", "PLAN_THREADS", 1024),
     "MIN_BLOCK_SIZE": ("attention_decode.cu", "MIN_BLOCK_SIZE", 8),
+    "RMS_NORM_ROWS_PER_BLOCK": ("rms_norm.cu", "ROWS_PER_BLOCK", 4),
     "GEMV_WARPS": ("gemv.cu", "WARPS", 4),
     "GEMV_MAX_ROWS": ("gemv.cu", "MAX_ROWS", 8),
 }
@@ -40,9 +49,10 @@ class KernelSpec:
 
 def _specs() -> list[KernelSpec]:
     specs = [KernelSpec("embed", "embedding", "embed_rows", "PPPi"),
-             KernelSpec("decode_inputs", "decode_inputs", "build_decode_inputs", "PPPiiPPPi")]
+             KernelSpec("decode_inputs", "decode_inputs", "build_decode_inputs", "PPPiiPPPi"),
+             KernelSpec("plan_decode", "attention_decode", "plan_decode", "PiiifiPPP")]
     for dt in DTYPES:
-        specs += [KernelSpec(("rms_norm", dt), "rms_norm", f"rms_norm_{dt}", "PPPPPif"),
+        specs += [KernelSpec(("rms_norm", dt), "rms_norm", f"rms_norm_{dt}", "PPPPPiif"),
                   KernelSpec(("silu", dt), "silu_mul", f"silu_and_mul_{dt}", "PPil"),
                   KernelSpec(("rope", dt), "rope_cache", f"rope_and_cache_{dt}", "PPPPPPPPiiilll"),
                   KernelSpec(("sample", dt), "sample", f"sample_{dt}", "PiPPPPPPi")]
@@ -51,11 +61,11 @@ def _specs() -> list[KernelSpec]:
                       KernelSpec(("gemv_norm", dt), "gemv", f"gemv_norm_{dt}", "PPPPPPiiif"),
                       KernelSpec(("gemv_silu", dt), "gemv", f"gemv_silu_{dt}", "PPPiii"),
                       KernelSpec(("gemv_qkv_rope", dt), "gemv", f"gemv_norm_qkv_rope_{dt}", "PPPPPPiifPPPPPiii")]
+        specs += [KernelSpec(("prefill", dt, d, mt), "attention_prefill", f"attn_prefill_{dt}_d{d}_m{mt}",
+                             "PlPPPiPPPiiif") for d, mt in PREFILL_SHAPES]
         for d in HEAD_DIMS:
-            specs.append(KernelSpec(("prefill", dt, d), "attention_prefill", f"attn_prefill_{dt}_d{d}",
-                                    "PlPPPiPPPiiif"))
             specs += [KernelSpec(("decode", dt, d, g), "attention_decode", f"attn_decode_{dt}_d{d}_g{g}",
-                                 "PlPPPiPPPPPPiiiiifPPP") for g in DECODE_GROUPS]
+                                 "PlPPPiPPPPPPiiifPPPPPP") for g in DECODE_GROUPS]
     return specs
 
 

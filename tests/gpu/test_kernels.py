@@ -85,6 +85,20 @@ def test_rms_norm(ops, dtype, rows, H, with_residual):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_of_a_view_off_16_byte_alignment(ops, dtype):
+    """Rows of a multiple of 8 go 16 bytes a load, but only from aligned addresses: a
+    contiguous view one element into its storage takes the scalar path, with the same result."""
+    rows, H = 9, 576
+    x = torch.randn(rows * H + 1, dtype=dtype, device="cuda")[1:].view(rows, H)
+    res = torch.randn(rows, H, device="cuda")
+    w = torch.rand(H, dtype=dtype, device="cuda") + 0.5
+    out, r = ops.rms_norm(x, w, 1e-5, res)
+    ref_out, ref_r = REF.rms_norm(x, w, 1e-5, res)
+    assert rel_err(out, ref_out) <= tol(dtype)
+    assert torch.equal(r, ref_r)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("T,I", [(1, 1536), (255, 1536), (256, 8192), (7, 8)])
 def test_silu_and_mul(ops, dtype, T, I):
     x = torch.randn(T, 2 * I, dtype=dtype, device="cuda") * 3
@@ -290,6 +304,53 @@ def test_decode_attention_block_fuses_rope_and_cache_write(ops, dtype, nh, nkv, 
     assert torch.equal(k[others], k_ref[others])                 # no other slot written
 
 
+@pytest.mark.parametrize("seq_lens,capture_len", [([1025] * 256, 8192), ("mixed", 8192), ([257], 8192),
+                                                   ([1, 4096, 17], None), ([3000] * 300, None)])
+def test_decode_work_list_covers_every_key_once_longest_first(ops, seq_lens, capture_len):
+    """plan_decode cuts each row into chunks of equal size (but the last) that cover its keys
+    exactly once per KV head, lists them longest first, and stays inside the buffers sized
+    on the host; the attention launch then leaves the queue at zero for the next one."""
+    if seq_lens == "mixed":
+        seq_lens = torch.randint(1, 3001, (300,)).tolist()
+    nh, nkv, d = 9, 3, 64
+    q, kv, step = paged_batch([1] * len(seq_lens), seq_lens, nh, nkv, d, torch.bfloat16)
+    meta = dataclasses.replace(step.meta, max_seq_len=capture_len or max(seq_lens))
+    work = ops.plan_decode(meta, nh, nkv, d)
+    count = ops.work_queue[2].item()
+    assert 0 < count <= work.items.shape[0]
+    rows = work.row_plan.cpu().tolist()
+    seen, lengths = set(), []
+    for b, packed in work.items[:count].cpu().tolist():
+        split, h = packed >> 8, packed & 255
+        chunk = rows[b][0]
+        assert chunk % 16 == 0 and chunk <= work.max_chunk
+        start, end = split * chunk, min(seq_lens[b], (split + 1) * chunk)
+        assert start < end and (b, split, h) not in seen
+        seen.add((b, split, h))
+        lengths.append(end - start)
+    expected = {(b, s, h) for b, L in enumerate(seq_lens) for s in range(math.ceil(L / rows[b][0])) for h in range(nkv)}
+    assert seen == expected
+    assert all((a - 1) // 16 >= (b - 1) // 16 for a, b in zip(lengths, lengths[1:])), "not longest first"
+    first = 0
+    for b, L in enumerate(seq_lens):                      # each row's workspace splits follow the last row's
+        assert rows[b][1] == first
+        first += math.ceil(L / rows[b][0])
+    assert first <= work.part_o.shape[0]
+    ops.attention(q, kv, dataclasses.replace(step, meta=dataclasses.replace(step.meta, device_plan=work)))
+    assert ops.work_queue[:2].tolist() == [0, 0]
+
+
+@pytest.fixture(scope="module", params=[1.0, 2.0])
+def ops_other_slack(request, ops):
+    from engine.ops.cuda_ops import CudaOps
+    return CudaOps(EngineConfig.from_env(model="", backend="cuda", decode_slack=request.param))
+
+
+def test_decode_attention_at_other_chunk_sizes(ops_other_slack):
+    lens = torch.randint(1, 3001, (256,)).tolist()
+    check_attention(ops_other_slack, [1] * len(lens), lens, 9, 3, 64, torch.bfloat16)
+
+
 def test_decode_attention_refuses_unbuilt_head_groups(ops):
     # One kernel per exact number of query heads per KV head: 5 has none.
     with pytest.raises(ValueError, match="not 5"):
@@ -320,6 +381,9 @@ def test_decode_split_counters_reset_between_launches(ops):
     ([7], [7]),                                   # plain prefill, odd length
     ([64, 65, 130, 1], [64, 65, 130, 300]),       # tile boundaries, a decode row in the batch
     ([5, 100, 17], [40, 1100, 17]),               # chunked prefill: queries after a cached prefix
+    ([3, 64, 1], [500, 64, 77]),                  # 64-row tiles (no query past 64), after a prefix
+    ([1000], [1300]),                             # the diagonal off the tile grid
+    ([200, 3000, 50], [200, 3100, 2050]),         # sequences of few and many tiles in one launch
     ([4096], [4096]),
 ])
 def test_prefill_attention(ops, dtype, nh, nkv, d, query_lens, seq_lens):
