@@ -76,6 +76,10 @@ class TorchPrefill:
         return torch.mm(self._norm(h[:, -1], m.norm), m.lm_head.t(), out_dtype=torch.float32)
 
 
+def microbenchmark_name(batch: int, tokens: int) -> str:
+    return f"prefill-{batch}x{tokens}"
+
+
 def random_prompts(llm: LLM, batch: int, tokens: int, gen: torch.Generator) -> torch.Tensor:
     vocab = llm.model_config.vocab_size
     return torch.randint(100, vocab - 100, (batch, tokens), generator=gen)
@@ -127,6 +131,14 @@ def main() -> None:
     ap.add_argument("--no-store", action="store_true", help="print only; record nothing in the results store")
     ap.add_argument("--profile", action="store_true", help="print GPU time by kernel for each shape")
     args = ap.parse_args()
+    if not args.no_store:
+        # Checked before any GPU work: the store refuses an unregistered name only after its measurement.
+        from jobs.registry import MICROBENCHMARKS
+        names = [microbenchmark_name(batch, tokens) for batch, tokens in args.shapes]
+        unregistered = [name for name in names if name not in MICROBENCHMARKS]
+        if unregistered:
+            ap.error(f"{', '.join(unregistered)}: not a micro-benchmark of jobs/registry.py, so the results store "
+                     "would refuse it; register it there or pass --no-store")
     longest = max(n for _, n in args.shapes)
     llm = LLM(args.model, backend="cuda", max_model_len=longest + 16)
     ref = None if args.no_torch else TorchPrefill(llm)
@@ -161,7 +173,7 @@ def main() -> None:
             config = {"model": args.model, "batch": batch, "tokens": tokens, "reps": args.reps,
                       "dtype": str(llm.dtype).removeprefix("torch."),
                       "max_num_batched_tokens": llm.config.max_num_batched_tokens}
-            run_id = record_microbench(f"prefill-{batch}x{tokens}", config, figures, started, utcnow())
+            run_id = record_microbench(microbenchmark_name(batch, tokens), config, figures, started, utcnow())
             print(f"  recorded run {run_id}")
     print(f"\n{'shape':>9} {'ours ms':>9} {'TTFT ms':>9} {'tok/s':>10} {'torch ms':>9}")
     for shape, f in rows:

@@ -48,12 +48,34 @@ METRICS: dict[str, MetricSpec] = {
     "memory_other_frac": MetricSpec("fraction", "lower"),
     # The CPU GEMMs of one decode step (benchmarks/cpu_matmul.py): every layer's projections and the head.
     "gemm_step_s": MetricSpec("s", "lower"),
+    # Prefill (benchmarks/prefill.py; its TTFT is ttft_p50_s): our engine's wall clock for a batch of
+    # prompts and one token each, the prompt tokens a second that comes to, and the same forward
+    # pass in plain torch (cuBLAS + SDPA flash attention) on the same weights.
+    "prefill_s": MetricSpec("s", "lower"),
+    "prompt_tok_s": MetricSpec("tok/s", "higher"),
+    "torch_prefill_s": MetricSpec("s", "lower"),
+    # Decode steps traced through CUPTI (benchmarks/step_trace.py), each a mean per step: the runtime
+    # API calls that wait for or poll the device or copy, counted by the trace, beside the engine's
+    # own count of its waits (syncs_per_step, and the lagged reads: waits with the next step queued);
+    # and the GPU's idle time, between consecutive steps and in all, as a share of the traced span.
+    "cupti_event_syncs_per_step": MetricSpec("count", "lower"),
+    "cupti_event_queries_per_step": MetricSpec("count", "lower"),
+    "cupti_stream_syncs_per_step": MetricSpec("count", "lower"),
+    "cupti_device_syncs_per_step": MetricSpec("count", "lower"),
+    "cupti_memcpy_calls_per_step": MetricSpec("count", "lower"),
+    "lagged_reads_per_step": MetricSpec("count", "lower"),
+    "step_gap_frac": MetricSpec("fraction", "lower"),
+    "gpu_idle_frac": MetricSpec("fraction", "lower"),
     # The bench job itself (engine "job"): its wall time outside the engines, and that as a share of its wall.
     "job_overhead_s": MetricSpec("s", "lower"),
     "job_overhead_frac": MetricSpec("fraction", "lower"),
 }
 
 # Micro-benchmarks roadmap rows may name besides the workloads (benchmarks/decode_step.py,
-# benchmarks/cpu_matmul.py).
-MICROBENCHMARKS: frozenset[str] = frozenset({"decode-step-b256-c1024", "decode-step-b1-c256", "cpu-gemm-step"})
+# benchmarks/cpu_matmul.py, benchmarks/prefill.py's default shapes, benchmarks/step_trace.py).
+MICROBENCHMARKS: frozenset[str] = frozenset({
+    "decode-step-b256-c1024", "decode-step-b1-c256", "cpu-gemm-step",
+    "prefill-1x4000", "prefill-1x8000", "prefill-64x1000",
+    "step-trace-fixed-256x128x128",
+})
 
