@@ -190,8 +190,12 @@ def main() -> None:
     counts = calls_by_step(events, windows)
     if not any(counts):
         sys.exit("step_trace: the trace has no CUDA API call inside the steps (is CUPTI available?)")
+    try:
+        between, idle = idle_shares(gpu_work_by_step(events, windows))
+    except ValueError as e:
+        sys.exit(f"step_trace: {e}")
     syncs, lagged_reads = (after[key] - before[key] for key in ("host_syncs", "lagged_reads"))
-    figures = step_figures(counts, syncs, lagged_reads, *idle_shares(gpu_work_by_step(events, windows)))
+    figures = step_figures(counts, syncs, lagged_reads, between, idle)
 
     step_ms = (windows[-1][1] - windows[0][0]) / args.steps / 1e3
     print(f"{args.steps} decode steps at batch {workload.count} ({WORKLOAD}, {args.model}), traced: "
