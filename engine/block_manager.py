@@ -9,15 +9,18 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
 
 
 @dataclass
 class Block:
     block_id: int
     ref_count: int = 0
-    # (parent hash, token ids) identifies the block's contents exactly; its
-    # hash is the key in the prefix cache.
-    key: tuple[int | None, tuple[int, ...]] | None = None
+    # (parent hash, the token ids' int32 bytes) identifies the block's contents exactly;
+    # its hash is the key in the prefix cache.
+    key: tuple[int | None, bytes] | None = None
 
 
 @dataclass
@@ -64,7 +67,7 @@ class BlockManager:
         self.tables.setdefault(request_id, []).extend(new)
         return new
 
-    def acquire_cached_prefix(self, request_id: int, token_ids: list[int]) -> int:
+    def acquire_cached_prefix(self, request_id: int, token_ids: list[int] | np.ndarray) -> int:
         """Point a request without blocks at the cached blocks of its prefix; return tokens hit.
 
         At least one token is always left to compute, so the step that finishes the
@@ -76,11 +79,7 @@ class BlockManager:
         self.tables[request_id], self.hashes[request_id] = table, hashes
         if not self.enable_prefix_caching:
             return 0
-        bs = self.block_size
-        parent: int | None = None
-        for i in range((len(token_ids) - 1) // bs):
-            key = (parent, tuple(token_ids[i * bs:(i + 1) * bs]))
-            h = hash(key)
+        for key, h in self._block_keys(token_ids, None, 0, (len(token_ids) - 1) // self.block_size):
             self.stats.queries += 1
             block_id = self.cached.get(h)
             if block_id is None or self.blocks[block_id].key != key:
@@ -92,28 +91,38 @@ class BlockManager:
             block.ref_count += 1
             table.append(block_id)
             hashes.append(h)
-            parent = h
-        hit = len(table) * bs
+        hit = len(table) * self.block_size
         self.stats.hit_tokens += hit
         return hit
 
-    def publish_full_blocks(self, request_id: int, token_ids: list[int], num_computed: int) -> None:
+    def publish_full_blocks(self, request_id: int, token_ids: list[int] | np.ndarray, num_computed: int) -> None:
         """Publish the request's full blocks among its first `num_computed` tokens, whose
         values are `token_ids` (all of them known: a block is hashed by its contents)."""
         if not self.enable_prefix_caching:
             return
-        bs = self.block_size
         assert num_computed <= len(token_ids)
         table, hashes = self.tables[request_id], self.hashes.setdefault(request_id, [])
-        for i in range(len(hashes), num_computed // bs):
-            parent = hashes[-1] if hashes else None
-            key = (parent, tuple(token_ids[i * bs:(i + 1) * bs]))
-            h = hash(key)
-            block = self.blocks[table[i]]
+        first = len(hashes)
+        keys = self._block_keys(token_ids, hashes[-1] if hashes else None, first, num_computed // self.block_size)
+        for block_id, (key, h) in zip(table[first:], keys):
+            block = self.blocks[block_id]
             if block.key is None:
                 block.key = key
-                self.cached.setdefault(h, block.block_id)
+                self.cached.setdefault(h, block_id)
             hashes.append(h)
+
+    def _block_keys(self, token_ids: list[int] | np.ndarray, parent: int | None, first: int,
+                    last: int) -> Iterator[tuple[tuple[int | None, bytes], int]]:
+        """Key and hash of each of blocks [first, last) of `token_ids` (a list, or an int32 array:
+        then no Python loop over its tokens), chained from `parent`, the hash of block first - 1."""
+        bs = self.block_size
+        # One conversion to bytes; the blocks are slices of it.
+        data = np.asarray(token_ids[first * bs:max(first, last) * bs], np.int32).tobytes()
+        width = bs * 4
+        for start in range(0, len(data), width):
+            key = (parent, data[start:start + width])
+            parent = hash(key)
+            yield key, parent
 
     def release(self, request_id: int) -> None:
         # Tail blocks go back first so that they are evicted before the shared

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.detokenizer import StopChecker
@@ -29,7 +31,7 @@ class NewRequest:
     """What the runner copies once, when a request gets a row: its known tokens (the
     prompt, and after a preemption the outputs so far), sampling and blocks."""
     request_id: int
-    token_ids: list[int]
+    token_ids: np.ndarray                 # int32
     num_prompt_tokens: int
     sampling: SamplingParams
     seed: int
@@ -110,8 +112,9 @@ class Scheduler:
                and len(self.running) < self.max_num_seqs and not self.waiting[0].num_pending):
             seq = self.waiting[0]
             rid = seq.request_id
+            known = seq.tokens_holder(len(seq.token_ids))
             if rid not in tables:
-                seq.num_computed_tokens = seq.num_published_tokens = bm.acquire_cached_prefix(rid, seq.token_ids)
+                seq.num_computed_tokens = seq.num_published_tokens = bm.acquire_cached_prefix(rid, known)
             n = min(seq.num_uncomputed_tokens, budget)
             if not bm.can_allocate(rid, seq.num_computed_tokens + n):
                 bm.release(rid)
@@ -121,8 +124,10 @@ class Scheduler:
             bm.allocate(rid, seq.num_computed_tokens + n)
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
-            out.new_requests.append(NewRequest(rid, list(seq.token_ids), seq.num_prompt_tokens, seq.sampling,
-                                               seq.seed, list(tables[rid])))
+            # The prompt's own array while it has no outputs (read-only); else a copy, so
+            # that tokens appended later are not in it.
+            out.new_requests.append(NewRequest(rid, np.asarray(known, np.int32), seq.num_prompt_tokens,
+                                               seq.sampling, seq.seed, list(tables[rid])))
             scheduled.append((seq, n))
             budget -= n
 
@@ -152,7 +157,7 @@ class Scheduler:
             # token being computed now is published at the sequence's next step.
             ready = computed if computed < known else known
             if ready >= seq.num_published_tokens + block_size and caching:
-                bm.publish_full_blocks(seq.request_id, seq.token_ids, ready)
+                bm.publish_full_blocks(seq.request_id, seq.tokens_holder(ready), ready)
                 seq.num_published_tokens = ready - ready % block_size
 
     def update_from_output(self, request_ids: list[int], token_ids: list[int], now: float) -> list[Sequence]:

@@ -9,6 +9,8 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from engine.sampling_params import SamplingParams
 
 
@@ -26,8 +28,14 @@ class Sequence:
     seed: int                      # effective RNG seed (request's or derived)
     max_num_tokens: int            # length at which it samples no more: max_tokens or the context
     arrival_time: float = field(default_factory=time.perf_counter)
+    # The prompt as int32 too (the engine has it from validating the prompt; else made here):
+    # the runner copies it and the block manager hashes its blocks without a loop over tokens.
+    prompt_array: np.ndarray | None = None
 
     def __post_init__(self) -> None:
+        if self.prompt_array is None:
+            self.prompt_array = np.array(self.prompt_token_ids, np.int32)
+        self.prompt_array.flags.writeable = False      # shared with the runner and the block manager
         # Tokens whose values the host knows: the prompt, then the outputs read so far.
         self.token_ids: list[int] = list(self.prompt_token_ids)
         # Tokens sampled on the device whose values the host has not read yet (the step
@@ -49,6 +57,11 @@ class Sequence:
     def num_tokens(self) -> int:
         """Known and pending tokens: the length the sequence has on the device."""
         return len(self.token_ids) + self.num_pending
+
+    def tokens_holder(self, n: int) -> np.ndarray | list[int]:
+        """What holds its first n known tokens, to be sliced: the prompt's array while they
+        are all prompt tokens, else the token list."""
+        return self.prompt_array if n <= len(self.prompt_array) else self.token_ids
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -1,6 +1,7 @@
 """Block manager, scheduler and sampling params without a model."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -63,6 +64,16 @@ def test_reset_prefix_cache_forgets_every_prefix_but_only_when_idle():
     assert bm.acquire_cached_prefix(2, list(range(10))) == 0      # the same prompt now computes every block
 
 
+def test_blocks_hit_whether_their_tokens_came_as_a_list_or_an_int32_array():
+    bm = BlockManager(num_blocks=8, block_size=4)
+    computed(bm, 0, list(range(100, 110)))                                    # published from a list
+    assert bm.acquire_cached_prefix(1, np.arange(100, 111, dtype=np.int32)) == 8
+    bm.allocate(2, 9)
+    bm.publish_full_blocks(2, np.arange(200, 209, dtype=np.int32), 9)       # from an array
+    assert bm.acquire_cached_prefix(3, list(range(200, 209))) == 8
+    assert bm.acquire_cached_prefix(4, list(range(200, 204)) + [0] * 5) == 4  # a different second block
+
+
 def test_eviction_reuses_lru_cached_blocks():
     bm = BlockManager(num_blocks=2, block_size=4)
     computed(bm, 0, list(range(5)))
@@ -79,7 +90,7 @@ def test_scheduler_respects_token_budget_and_seq_limit_and_emits_diffs():
         s.add(seq(i, 7, start=10 * i))
     out = s.schedule()
     assert out.request_ids == [0, 1] and out.num_scheduled_tokens == [7, 3] and out.num_computed_tokens == [0, 0]
-    assert [r.request_id for r in out.new_requests] == [0, 1] and out.new_requests[1].token_ids == list(range(10, 17))
+    assert [r.request_id for r in out.new_requests] == [0, 1] and out.new_requests[1].token_ids.tolist() == list(range(10, 17))
     # Seq 0's prompt is done after this step: it samples, a placeholder until read.
     assert out.samples == [True, False] and [s.requests[i].num_pending for i in (0, 1)] == [1, 0]
     out = s.schedule()                        # decode + rest of prefill; seq 2 waits

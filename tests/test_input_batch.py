@@ -145,7 +145,7 @@ def test_preempted_sequences_leave_and_come_back_with_fresh_rows():
             s = loop.scheduler.requests[new.request_id]
             if s.num_preemptions:
                 # Recomputed from all its tokens, the outputs read so far included.
-                assert new.token_ids == s.token_ids and len(s.token_ids) > s.num_prompt_tokens
+                assert new.token_ids.tolist() == s.token_ids and len(s.token_ids) > s.num_prompt_tokens
                 assert batch.pending_source[batch.row_of[s.request_id]] == -1
                 readmitted.add(s.request_id)
     loop = Loop(num_blocks=7, max_num_seqs=4, check=watch)
