@@ -4,8 +4,9 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import replace
-from typing import Iterable, Iterator, Sequence as Seq, Union
+from typing import Iterable, Iterator, NamedTuple, Sequence as Seq, Union
 
+import numpy as np
 import torch
 
 from engine import quantized
@@ -57,6 +58,13 @@ DEFAULT_CPU_KV_TOKENS = 16384
 
 class PromptError(ValueError):
     """A prompt the engine cannot serve; the message says which and why."""
+
+
+class EncodedPrompt(NamedTuple):
+    """A validated prompt's token ids, as a list (the request's own) and as int32 (made
+    while validating, so that nothing downstream converts them again)."""
+    ids: list[int]
+    array: np.ndarray
 
 
 class LLM:
@@ -145,10 +153,15 @@ class LLM:
     # ------------------------------------------------------------ requests
 
     def encode_prompt(self, prompt: Prompt) -> list[int]:
+        """The prompt's token ids; a PromptError says what makes it one the engine cannot serve."""
+        return self._encode(prompt).ids
+
+    def _encode(self, prompt: Prompt) -> EncodedPrompt:
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise PromptError(f"model {self.source.name} has no tokenizer; pass token ids")
             ids = self.tokenizer.encode(prompt)
+            array = np.array(ids, np.int32)
         elif isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt):
             if self.tokenizer is None:
                 raise PromptError(f"model {self.source.name} has no tokenizer; pass token ids")
@@ -156,11 +169,10 @@ class LLM:
                 ids = self.tokenizer.encode_chat(prompt)
             except ValueError as e:   # no chat template, or the template failed on these messages
                 raise PromptError(str(e)) from None
-        elif isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+            array = np.array(ids, np.int32)
+        elif isinstance(prompt, list):
             ids = list(prompt)
-            bad = [t for t in ids if not 0 <= t < self.model_config.vocab_size]
-            if bad:
-                raise PromptError(f"token id {bad[0]} is outside the vocabulary [0, {self.model_config.vocab_size})")
+            array = self._vocabulary_ids(ids)
         else:
             raise PromptError("a prompt must be a string, a list of token ids, or a list of chat messages")
         if not ids:
@@ -168,15 +180,35 @@ class LLM:
         if len(ids) >= self.max_model_len:
             raise PromptError(f"the prompt has {len(ids)} tokens; max_model_len is {self.max_model_len} "
                               "(room for at least one output token is needed)")
-        return ids
+        return EncodedPrompt(ids, array)
+
+    def _vocabulary_ids(self, ids: list) -> np.ndarray:
+        """`ids` as int32, once every one is checked to be an int in the vocabulary: with
+        C loops over the tokens, not Python ones (but for types other than int and bool,
+        which only isinstance judges as it always did)."""
+        if not set(map(type, ids)) <= {int, bool} and not all(isinstance(t, int) for t in ids):
+            raise PromptError("a prompt must be a string, a list of token ids, or a list of chat messages")
+        try:
+            values = np.fromiter(ids, np.int64, len(ids))
+        except OverflowError:       # an int past int64's range: compared as Python ints
+            values = np.array(ids, object)
+        vocab = self.model_config.vocab_size
+        bad = np.flatnonzero((values < 0) | (values >= vocab))
+        if len(bad):
+            raise PromptError(f"token id {ids[bad[0]]} is outside the vocabulary [0, {vocab})")
+        return values.astype(np.int32)
 
     def add_request(self, prompt: Prompt, params: SamplingParams | None = None) -> Sequence:
+        return self._add(self._encode(prompt), params)
+
+    def _add(self, prompt: EncodedPrompt, params: SamplingParams | None) -> Sequence:
         params = params or SamplingParams()
-        ids = self.encode_prompt(prompt)
+        ids = prompt.ids
         rid = self._next_request_id
         self._next_request_id += 1
         seed = params.seed if params.seed is not None else (self.config.seed * 1_000_003 + rid) & (2**63 - 1)
-        seq = Sequence(rid, ids, params, seed, max_num_tokens=min(len(ids) + params.max_tokens, self.max_model_len))
+        seq = Sequence(rid, ids, params, seed, max_num_tokens=min(len(ids) + params.max_tokens, self.max_model_len),
+                       prompt_array=prompt.array)
         self.scheduler.add(seq)
         return seq
 
@@ -225,7 +257,7 @@ class LLM:
     def next_token_logits(self, prompt: Prompt) -> torch.Tensor:
         """Float32 logits of the token after `prompt` (one prefill, nothing kept):
         the figure backends are compared on."""
-        ids = self.encode_prompt(prompt)
+        ids = self._encode(prompt).array
         if not self.block_manager.can_allocate(-1, len(ids)):
             raise RuntimeError("the KV cache is busy; call next_token_logits between generations")
         try:
@@ -250,15 +282,20 @@ class LLM:
         else:
             params = [sampling_params or SamplingParams()] * len(prompts)
         # Validate everything before any work starts, so bad input loses nothing.
-        encoded = [self.encode_prompt(p) for p in prompts]
-        return list(self.stream(zip(encoded, params), max_in_flight=len(prompts) or 1,
-                                show_progress=show_progress))
+        encoded = [self._encode(p) for p in prompts]
+        return list(self._stream(zip(encoded, params), max_in_flight=len(prompts) or 1,
+                                 show_progress=show_progress))
 
     def stream(self, requests: Iterable[tuple[Prompt, SamplingParams]], max_in_flight: int | None = None,
                show_progress: bool = False, total: int | None = None) -> Iterator[RequestOutput]:
         """Generate for a (possibly endless) stream of requests, yielding outputs
         in input order while holding at most `max_in_flight` requests. `show_progress`
         draws a status line on stderr; `total`, the number of requests, gives it an ETA."""
+        yield from self._stream(((self._encode(prompt), params) for prompt, params in requests),
+                                max_in_flight, show_progress, total)
+
+    def _stream(self, requests: Iterable[tuple[EncodedPrompt, SamplingParams]], max_in_flight: int | None,
+                show_progress: bool, total: int | None = None) -> Iterator[RequestOutput]:
         window = max_in_flight or 4 * self.config.max_num_seqs
         pending: deque[Sequence] = deque()    # added, not yet yielded, in input order
         source = iter(requests)
@@ -273,7 +310,7 @@ class LLM:
                     except StopIteration:
                         exhausted = True
                         break
-                    pending.append(self.add_request(prompt, params))
+                    pending.append(self._add(prompt, params))
                 while pending and pending[0].is_finished:
                     out = self._output(pending.popleft())
                     yielded += 1

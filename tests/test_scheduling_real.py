@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
-from engine import LLM, SamplingParams
+from engine import LLM, PromptError, SamplingParams
 from tests.conftest import MODEL
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
@@ -47,6 +48,20 @@ def test_shared_prefix_hits_cache_and_keeps_outputs(llm):
     assert cached.stats["prefix_cache_hits"] - hits_before == 3 * 10
     assert cached.stats["prefix_cache_hit_tokens"] >= 3 * 160
     assert [first.token_ids] + [o.token_ids for o in rest] == expected
+
+
+def test_token_id_prompts_are_refused_before_any_work(llm):
+    vocab = llm.model_config.vocab_size
+    steps = llm.stats["steps"]
+    with pytest.raises(PromptError, match=rf"token id -1 is outside the vocabulary \[0, {vocab}\)"):
+        llm.generate([[5, 6], [5, -1, vocab]], GREEDY)       # the first bad id is named
+    with pytest.raises(PromptError, match=f"token id {2**70} is outside"):
+        llm.generate([[5, 6], [5, 2**70]], GREEDY)          # past int64 too
+    for not_ids in ([5, 6.0], [5, "6"], [5, None], [np.int64(5)], [[5, 6]]):
+        with pytest.raises(PromptError, match="a prompt must be a string, a list of token ids"):
+            llm.generate([[5, 6], not_ids], GREEDY)
+    assert llm.stats["steps"] == steps and not llm.has_unfinished()
+    assert llm.encode_prompt([True, vocab - 1]) == [True, vocab - 1]    # bools are ints, as ever
 
 
 def test_prefix_caching_off_records_no_hits():
