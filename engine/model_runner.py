@@ -158,15 +158,18 @@ class ModelRunner:
         seq_lens[:n] = step.start + step.query_lens
 
         num_tokens, num_real = int(query_start[-1]), int(query_start[n])
-        token_index = np.repeat(np.arange(n), step.query_lens)        # the step request of each token
-        token_row = step.rows[token_index]
-        pos = step.start[token_index] + np.arange(num_real) - query_start[token_index]
+        # Per token (a prefill step has thousands): its request's values repeated, and `take`s
+        # at flat indices of the batch's 2-D arrays, cheaper than gathers by (row, column).
+        pos = np.repeat(step.start - query_start[:n], step.query_lens) + np.arange(num_real)
+        token_row = np.repeat(step.rows, step.query_lens)
+        block, offset = np.divmod(pos, bs)
         positions = np.zeros(num_tokens, np.int64)
         positions[:num_real] = pos
         slots = np.full(num_tokens, -1, np.int64)
-        slots[:num_real] = batch.block_table[token_row, pos // bs].astype(np.int64) * bs + pos % bs
+        block_ids = batch.block_table.ravel().take(token_row * batch.block_table.shape[1] + block)
+        slots[:num_real] = block_ids.astype(np.int64) * bs + offset
         token_ids = np.zeros(num_tokens, np.int64)
-        token_ids[:num_real] = batch.token_ids[token_row, pos]
+        token_ids[:num_real] = batch.token_ids.ravel().take(token_row * batch.token_ids.shape[1] + pos)
 
         # A decode row's newest token is usually still on the device (sampled by the
         # previous step): gathered there from the previous step's output.
