@@ -19,6 +19,7 @@
 namespace {
 constexpr int THREADS = 128, WARPS = 4, BN = 64, PAD = 8;  // PAD: 16 bytes per row against bank conflicts
 constexpr int ROWS_PER_M_TILE = 64;                          // a block's query rows per m-tile of each warp
+constexpr int BLOCKS_PER_SM = 2;                             // the registers of 128 threads at MT = 2 allow 2
 static_assert(ROWS_PER_M_TILE == WARPS * 16, "one m16 tile per warp");
 }
 
@@ -255,7 +256,7 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
 // MT = 2 (128-row tiles) for long prompts at d = 64; MT = 1 (64 rows) for short queries and
 // for d = 128, whose fragments would not fit twice in the registers.
 #define PREFILL(T, N, D, MT)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(THREADS, 2) attn_prefill_##N##_d##D##_m##MT(                 \
+    extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM) attn_prefill_##N##_d##D##_m##MT(                 \
         const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, const int* block_tables,            \
         int max_blocks, const int* seq_lens, const int* query_start_loc, T* out, int nh, int nkv, int bs,      \
         float scale_log2) {                                                                                    \

@@ -18,6 +18,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
 
 # Tuning knobs of the cuda backend that a benchmark sweep sets from the environment.
 ENV_OVERRIDES = {"decode_slack": ("ROADGATE_DECODE_SLACK", float),
+                 "prefill_m_tiles": ("ROADGATE_PREFILL_M_TILES", int),
                  "cuda_debug": ("ROADGATE_CUDA_DEBUG", lambda v: v not in ("", "0"))}
 
 
@@ -41,6 +42,9 @@ class EngineConfig:
     # chunk at least this many times the even share of one block slot. Above 1, fewer, longer
     # chunks: each chunk costs a block's set-up and a share of the combine.
     decode_slack: float = 1.25
+    # Query rows per warp of the prefill kernel, in 16-row m-tiles: 0 picks per step
+    # (engine.ops.cuda_ops.CudaOps.prefill_m_tiles); 1 or 2 forces one (tests, sweeps).
+    prefill_m_tiles: int = 0
     # The gemv kernels take up to 8 rows but beat norm/activation + cuBLAS only up to
     # about 2 (benchmarks/kernels.py: 1 row 12.6 vs 21.3 µs a layer, 4 rows 24.4 vs 21.9).
     gemv_max_rows: int = 2
@@ -66,6 +70,8 @@ class EngineConfig:
                              f"of {self.block_size}")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.prefill_m_tiles not in (0, 1, 2):
+            raise ValueError(f"prefill_m_tiles must be 0 (chosen per step), 1 or 2, not {self.prefill_m_tiles}")
         if self.decode_slack < 1 or self.gemv_max_rows < 0:
             raise ValueError("decode_slack must be >= 1 and gemv_max_rows >= 0")
 

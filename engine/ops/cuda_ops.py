@@ -11,6 +11,7 @@ import atexit
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from engine.config import EngineConfig
@@ -22,6 +23,7 @@ _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 # Shared with cuda_src/ through the kernel table, which a CPU test checks against the sources.
 _PREFILL_ROWS_PER_M_TILE = constant("PREFILL_ROWS_PER_M_TILE")
 _PREFILL_KEYS, _PREFILL_PAD = constant("PREFILL_KEYS"), constant("PREFILL_PAD")
+_PREFILL_BLOCKS_PER_SM = constant("PREFILL_BLOCKS_PER_SM")
 _DECODE_THREADS = constant("DECODE_THREADS")
 _MIN_CHUNK, _MAX_CHUNK = constant("DECODE_MIN_CHUNK"), constant("DECODE_MAX_CHUNK")
 _CHUNK_ALIGN, _DECODE_BLOCKS_PER_SM = constant("DECODE_CHUNK_ALIGN"), constant("DECODE_BLOCKS_PER_SM")
@@ -67,6 +69,13 @@ class DecodeWorkList:
     max_chunk: int              # keys per chunk at most (the scores' shared memory)
 
 
+@dataclass(frozen=True)
+class PrefillTiles:
+    """A prefill step's query tiles (one per 64 * m_tiles queries of each sequence), by the
+    m-tiles per warp of each prefill kernel shape: what CudaOps.prefill_m_tiles weighs."""
+    by_m_tiles: dict
+
+
 class CudaOps(Ops):
     name = "cuda"
     supports_graphs = True     # every launch goes to torch's current stream, the capture's included
@@ -88,6 +97,7 @@ class CudaOps(Ops):
         self.num_sms = device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
         # The decode work list's chunk size (see plan_decode); benchmarks/kernels.py sweeps it.
         self.decode_slack = config.decode_slack
+        self.forced_m_tiles = config.prefill_m_tiles
         self.gemv_max_rows = config.gemv_max_rows
         try:
             cubins = cuda_build.build_all(f"sm_{major}{minor}")
@@ -105,8 +115,13 @@ class CudaOps(Ops):
         # on the stream, and captured graphs hold its address.
         self.work_queue = torch.zeros(3, dtype=torch.int32, device="cuda")
 
-    def plan_step(self, query_lens, seq_lens) -> None:
-        return None   # the kernels read the lengths on the device
+    def plan_step(self, query_lens, seq_lens) -> PrefillTiles | None:
+        """A step with prefill: its query tiles at each prefill tile height. Nothing else:
+        the kernels read the lengths on the device (and decode plans there, see plan_decode)."""
+        query_lens = np.asarray(query_lens)
+        if len(query_lens) == 0 or query_lens.max() <= 1:
+            return None
+        return PrefillTiles({mt: int(np.ceil(query_lens / (_PREFILL_ROWS_PER_M_TILE * mt)).sum()) for mt in (1, 2)})
 
     def new_stream(self) -> torch.cuda.ExternalStream:
         """A torch stream these kernels can run on (beside the default one): for side work
@@ -249,15 +264,24 @@ class CudaOps(Ops):
             self._prefill(q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs)
         return out
 
-    @staticmethod
-    def prefill_m_tiles(d: int, max_query_len: int) -> int:
-        """16-row m-tiles per warp of the prefill kernel: two (128-query tiles, twice the
-        reuse of each K/V fragment) where the queries are long enough to fill them and the
-        head dim leaves the registers for it, else one."""
-        return 2 if max_query_len > _PREFILL_ROWS_PER_M_TILE and (d, 2) in PREFILL_SHAPES else 1
+    def prefill_m_tiles(self, meta, nh: int, d: int) -> int:
+        """16-row m-tiles per warp of the prefill kernel. Two (128-query tiles) reuse each K/V
+        fragment twice, but make half as many blocks: they are taken where the queries are
+        long enough to fill them and the blocks still fill every slot of the GPU twice over;
+        a single long prompt is too few blocks, and its longest tile then sets the time."""
+        if self.forced_m_tiles:
+            if (d, self.forced_m_tiles) not in PREFILL_SHAPES:
+                raise ValueError(f"the prefill kernel has no {self.forced_m_tiles} m-tiles shape for head dim {d}")
+            return self.forced_m_tiles
+        if (d, 2) not in PREFILL_SHAPES or meta.max_query_len <= _PREFILL_ROWS_PER_M_TILE:
+            return 1
+        tall = 2 * _PREFILL_ROWS_PER_M_TILE
+        tiles = meta.plan.by_m_tiles[2] if isinstance(meta.plan, PrefillTiles) else \
+            meta.seq_lens.shape[0] * math.ceil(meta.max_query_len / tall)     # a bound, where no plan was made
+        return 2 if nh * tiles >= 2 * self.num_sms * _PREFILL_BLOCKS_PER_SM else 1
 
     def _prefill(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs):
-        mt = self.prefill_m_tiles(d, meta.max_query_len)
+        mt = self.prefill_m_tiles(meta, nh, d)
         grid = (nh, math.ceil(meta.max_query_len / (_PREFILL_ROWS_PER_M_TILE * mt)), B)
         self._k["prefill", dt, d, mt](grid, 128, q, q.stride(0), k_cache, v_cache, meta.block_tables,
                                       meta.block_tables.shape[1], meta.seq_lens, meta.query_start_loc, out, nh,

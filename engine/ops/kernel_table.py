@@ -22,6 +22,7 @@ CONSTANTS = {
     "PREFILL_ROWS_PER_M_TILE": ("attention_prefill.cu", "ROWS_PER_M_TILE", 64),
     "PREFILL_KEYS": ("attention_prefill.cu", "BN", 64),
     "PREFILL_PAD": ("attention_prefill.cu", "PAD", 8),
+    "PREFILL_BLOCKS_PER_SM": ("attention_prefill.cu", "BLOCKS_PER_SM", 2),
     "DECODE_THREADS": ("attention_decode.cu", "THREADS", 128),
     "DECODE_MIN_CHUNK": ("attention_decode.cu", "MIN_CHUNK", 128),
     "DECODE_MAX_CHUNK": ("attention_decode.cu", "MAX_CHUNK", 2048),

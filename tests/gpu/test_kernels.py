@@ -390,6 +390,33 @@ def test_prefill_attention(ops, dtype, nh, nkv, d, query_lens, seq_lens):
     check_attention(ops, query_lens, seq_lens, nh, nkv, d, dtype)
 
 
+@pytest.fixture(scope="module", params=[1, 2])
+def ops_prefill_shape(request, ops):
+    from engine.ops.cuda_ops import CudaOps
+    return CudaOps(EngineConfig.from_env(model="", backend="cuda", prefill_m_tiles=request.param))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("query_lens,seq_lens", [([64, 65, 130, 1], [64, 65, 130, 300]), ([1000], [1300]),
+                                                 ([200, 3000, 50], [200, 3100, 2050])])
+def test_prefill_attention_at_both_tile_heights(ops_prefill_shape, dtype, query_lens, seq_lens):
+    check_attention(ops_prefill_shape, query_lens, seq_lens, 9, 3, 64, dtype)
+
+
+def test_prefill_takes_tall_tiles_only_when_they_fill_the_gpu(ops):
+    from engine.ops.cuda_ops import PrefillTiles
+    meta = AttentionMetadata(query_start_loc=None, seq_lens=torch.zeros(1), block_tables=None, slot_mapping=None,
+                             max_query_len=4000, max_seq_len=4000)
+    slots = 2 * ops.num_sms * 2                       # twice every slot of BLOCKS_PER_SM = 2
+    one_prompt = dataclasses.replace(meta, plan=ops.plan_step([4000], [4000]))
+    assert one_prompt.plan == PrefillTiles({1: 63, 2: 32})
+    assert ops.prefill_m_tiles(one_prompt, 9, 64) == (2 if 9 * 32 >= slots else 1)
+    many = dataclasses.replace(meta, plan=ops.plan_step([1000] * 64, [1000] * 64))
+    assert ops.prefill_m_tiles(many, 9, 64) == 2
+    assert ops.prefill_m_tiles(many, 8, 128) == 1      # no 128-row shape at d = 128
+    assert ops.plan_step([1, 1], [5, 9]) is None       # decode: nothing to plan
+
+
 def sampling_tensors(B, temperature, top_k=0, top_p=1.0):
     dev = lambda x, t: torch.as_tensor(x, dtype=t).cuda()  # noqa: E731
     temp = dev(temperature, torch.float32).expand(B).contiguous()
