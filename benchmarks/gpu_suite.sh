@@ -7,6 +7,9 @@
 #
 #   benchmarks/gpu_suite.sh [MODEL_GGUF]      # default /tmp/model/smollm2.gguf
 #   SUITE_SKIP="tests memcheck" benchmarks/gpu_suite.sh   # run only the rest
+#   SUITE_TESTS=tests/gpu/test_kernels.py ...             # the tests step's paths (default tests/gpu)
+# Everything under $OUT (logs, stores, JSON) ends up in one archive, $OUT/suite.tgz: the
+# device machine sends back only a few files.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -22,7 +25,7 @@ step() {  # step NAME COMMAND...: run, log to $OUT/NAME.log, remember the last l
   summary+=("$(printf '%-10s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$OUT/$name.log")")")
 }
 
-step tests python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider -s
+step tests python3 -m pytest -q -m gpu ${SUITE_TESTS:-tests/gpu} -p no:cacheprovider -s
 step memcheck compute-sanitizer --tool memcheck --print-limit 20 python3 -c "
 from engine import LLM, SamplingParams
 llm = LLM('$ROADGATE_TEST_MODEL', backend='cuda', kv_cache_tokens=4096, max_num_seqs=8)
@@ -33,6 +36,9 @@ step kernels python3 benchmarks/kernels.py
 step decode-step python3 benchmarks/decode_step.py --profile
 step decode-step-b1 python3 benchmarks/decode_step.py --batch 1 --context 256
 step host-profile python3 benchmarks/host_profile.py --workload fixed-256x128x128
+step launch-cost python3 benchmarks/launch_cost.py
+step prefill python3 benchmarks/prefill.py
+step step-trace python3 benchmarks/step_trace.py
 # HF runs beside ours where the targets are ratios to it, in both its configurations on
 # fixed-256 (eager, and its fast path: static cache + torch.compile; eager stays the
 # agreement reference); nano-bench's target is absolute (and HF needs minutes for it).
@@ -44,10 +50,17 @@ bench() {  # bench WORKLOAD ENGINE_ARGS...
 bench latency-b1 --engine hf --device cuda
 bench fixed-256x128x128 --engine hf-static --engine hf --device cuda
 bench nano-bench
+bench batch-longtail
+# Another model's nano-bench goes to a store of its own: a roadmap row picks its runs by
+# workload, not by model, so it would stand for the SmolLM2 rows there.
+step bench-nano-bench-llama-1b env ROADGATE_DATA_DIR="$OUT/data-llama-1b" python3 -m jobs.cli bench \
+    --workload nano-bench --model dummy:llama-3.2-1b --engine ours --backend cuda --preflight \
+    --json "$OUT/bench-nano-bench-llama-1b.json"
 step ncu-decode ncu --section SpeedOfLight --section Occupancy --section LaunchStats -k regex:attn_decode_bf16 -c 1 \
     python3 benchmarks/kernels.py --only attention
 
-echo; echo "== logs in $OUT"
-for w in latency-b1 fixed-256x128x128 nano-bench; do [ -f "$OUT/bench-$w.log" ] && tail -n 3 "$OUT/bench-$w.log"; done
+echo; echo "== logs in $OUT/suite.tgz"
+for w in latency-b1 fixed-256x128x128 nano-bench batch-longtail nano-bench-llama-1b; do [ -f "$OUT/bench-$w.log" ] && tail -n 3 "$OUT/bench-$w.log"; done
 grep -h "ERROR SUMMARY" "$OUT/memcheck.log" 2>/dev/null
 printf '%s\n' "${summary[@]}"
+tar czf /tmp/suite.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/suite.tgz "$OUT/"
