@@ -18,9 +18,11 @@ import numpy as np
 class Block:
     block_id: int
     ref_count: int = 0
-    # (parent hash, the token ids' int32 bytes) identifies the block's contents exactly;
-    # its hash is the key in the prefix cache.
-    key: tuple[int | None, bytes] | None = None
+    # Its parent's hash (8 bytes; none for a first block), then its token ids (int32):
+    # identifies the block's contents exactly; its hash is the key in the prefix cache.
+    # Bytes, which the garbage collector does not track: a tuple key for every block of
+    # a long prefill set off collections.
+    key: bytes | None = None
 
 
 @dataclass
@@ -112,17 +114,19 @@ class BlockManager:
             hashes.append(h)
 
     def _block_keys(self, token_ids: list[int] | np.ndarray, parent: int | None, first: int,
-                    last: int) -> Iterator[tuple[tuple[int | None, bytes], int]]:
+                    last: int) -> Iterator[tuple[bytes, int]]:
         """Key and hash of each of blocks [first, last) of `token_ids` (a list, or an int32 array:
         then no Python loop over its tokens), chained from `parent`, the hash of block first - 1."""
         bs = self.block_size
         # One conversion to bytes; the blocks are slices of it.
         data = np.asarray(token_ids[first * bs:max(first, last) * bs], np.int32).tobytes()
         width = bs * 4
+        prefix = b"" if parent is None else parent.to_bytes(8, "little", signed=True)
         for start in range(0, len(data), width):
-            key = (parent, data[start:start + width])
-            parent = hash(key)
-            yield key, parent
+            key = prefix + data[start:start + width]
+            h = hash(key)
+            prefix = h.to_bytes(8, "little", signed=True)
+            yield key, h
 
     def release(self, request_id: int) -> None:
         # Tail blocks go back first so that they are evicted before the shared

@@ -74,6 +74,14 @@ def test_blocks_hit_whether_their_tokens_came_as_a_list_or_an_int32_array():
     assert bm.acquire_cached_prefix(4, list(range(200, 204)) + [0] * 5) == 4  # a different second block
 
 
+def test_a_cached_block_hits_only_after_the_prefix_it_was_computed_after():
+    bm = BlockManager(num_blocks=8, block_size=4)
+    computed(bm, 0, [1] * 4 + [5] * 4)
+    computed(bm, 1, [2] * 4 + [7] * 4)
+    assert bm.acquire_cached_prefix(2, [1] * 4 + [7] * 4 + [0]) == 4      # [7] * 4 is cached after [2] * 4 only
+    assert bm.acquire_cached_prefix(3, [2] * 4 + [7] * 4 + [0]) == 8
+
+
 def test_eviction_reuses_lru_cached_blocks():
     bm = BlockManager(num_blocks=2, block_size=4)
     computed(bm, 0, list(range(5)))
