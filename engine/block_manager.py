@@ -126,7 +126,8 @@ class BlockManager:
                 else struct.pack(f"={len(tokens)}i", *tokens))
         width = bs * 4
         for start in range(0, len(data), width):
-            key = (b"" if parent is None else parent.to_bytes(8, "little", signed=True)) + data[start:start + width]
+            parent_bytes = b"" if parent is None else parent.to_bytes(8, "little", signed=True)
+            key = parent_bytes + data[start:start + width]
             parent = hash(key)
             yield key, parent
 

@@ -284,7 +284,7 @@ class LLM:
         # Validate everything before any work starts, so bad input loses nothing.
         encoded = [self._encode(p) for p in prompts]
         return list(self._stream(zip(encoded, params), max_in_flight=len(prompts) or 1,
-                                 show_progress=show_progress))
+                                 show_progress=show_progress, total=None))
 
     def stream(self, requests: Iterable[tuple[Prompt, SamplingParams]], max_in_flight: int | None = None,
                show_progress: bool = False, total: int | None = None) -> Iterator[RequestOutput]:
@@ -295,7 +295,7 @@ class LLM:
                                 max_in_flight, show_progress, total)
 
     def _stream(self, requests: Iterable[tuple[EncodedPrompt, SamplingParams]], max_in_flight: int | None,
-                show_progress: bool, total: int | None = None) -> Iterator[RequestOutput]:
+                show_progress: bool, total: int | None) -> Iterator[RequestOutput]:
         window = max_in_flight or 4 * self.config.max_num_seqs
         pending: deque[Sequence] = deque()    # added, not yet yielded, in input order
         source = iter(requests)
