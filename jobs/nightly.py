@@ -63,6 +63,10 @@ class NightlyConfig:
     backend: str
     device: str
     preflight: dict = field(default_factory=dict)
+    # Workloads that only some engines run (a peer would take hours on them): workload ->
+    # those engines (of `engines`; a run's conf that leaves them all out runs none on it).
+    # Every other workload runs every engine.
+    workload_engines: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {**asdict(self), "workloads": list(self.workloads), "engines": list(self.engines)}
@@ -114,6 +118,11 @@ def resolve_config(overrides: dict | None = None, path: Path = NIGHTLY_FILE,
             get_workload(w)
         except WorkloadError as e:
             raise NightlyConfigError(str(e)) from None
+    workload_engines = merged.get("workload_engines") or {}
+    if not isinstance(workload_engines, dict) or any(
+            not isinstance(v, list) or not v or set(v) - set(ENGINES) for v in workload_engines.values()):
+        raise NightlyConfigError(f"workload_engines must map workloads to non-empty lists of registered engines "
+                                 f"({', '.join(sorted(ENGINES))}), got {workload_engines!r}")
     reference = merged.get("reference")
     if reference is not None and reference not in engines:
         if "reference" in overrides:
@@ -128,12 +137,13 @@ def resolve_config(overrides: dict | None = None, path: Path = NIGHTLY_FILE,
         raise NightlyConfigError(f"unknown preflight setting(s) {', '.join(bad_preflight)}; known: {', '.join(PREFLIGHT_KEYS)}")
     return NightlyConfig(profile=profile, workloads=tuple(workloads), engines=tuple(engines), reference=reference,
                          model=merged["model"], backend=merged["backend"], device=merged["device"],
-                         preflight=dict(merged["preflight"]))
+                         preflight=dict(merged["preflight"]), workload_engines=dict(workload_engines))
 
 
 def plan_bench_matrix(config: NightlyConfig) -> list[dict]:
-    """One cell per (engine, workload): what the DAG maps its bench task over."""
-    return [{"engine": e, "workload": w} for w in config.workloads for e in config.engines]
+    """One cell per (engine, workload) that runs: what the DAG maps its bench task over."""
+    return [{"engine": e, "workload": w} for w in config.workloads for e in config.engines
+            if e in config.workload_engines.get(w, config.engines)]
 
 
 def wait_for_quiet_host(config: NightlyConfig, inputs=None, waited_s: float = 0.0,

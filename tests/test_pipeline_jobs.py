@@ -35,7 +35,20 @@ def test_each_profile_runs_every_workload_and_engine_its_roadmap_rows_are_judged
             continue
         config = profiles[not row.hardware_class.startswith("cpu")]
         assert row.workload in config.workloads, f"{row.id}: the {config.profile} nightly never runs {row.workload}"
-        assert {row.engine, row.peer_engine} - {None} <= set(config.engines), row.id
+        runs = {cell["engine"] for cell in nightly.plan_bench_matrix(config) if cell["workload"] == row.workload}
+        assert {row.engine, row.peer_engine} - {None} <= runs, row.id
+
+
+def test_a_workload_may_run_fewer_engines_than_the_profile():
+    config = nightly.resolve_config(gpu_present=lambda: True)
+    cells = nightly.plan_bench_matrix(config)
+    assert [c["engine"] for c in cells if c["workload"] == "batch-longtail"] == ["ours"]
+    assert [c["engine"] for c in cells if c["workload"] == "nano-bench"] == ["ours", "hf", "hf-static"]
+    # A run's engines still decide: the listed ones it leaves out run nowhere.
+    only_hf = nightly.resolve_config({"engines": ["hf"]}, gpu_present=lambda: True)
+    assert {c["workload"] for c in nightly.plan_bench_matrix(only_hf)} == {"nano-bench", "fixed-256x128x128",
+                                                                           "latency-b1"}
+    assert nightly.NightlyConfig.from_dict(config.as_dict()) == config
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -43,6 +56,8 @@ def test_each_profile_runs_every_workload_and_engine_its_roadmap_rows_are_judged
     ({"workloads": ["nope"]}, "unknown workload 'nope'"),
     ({"engines": ["ours"], "reference": "hf"}, "reference engine 'hf' is not among the engines"),
     ({"enginez": ["ours"]}, "unknown nightly setting\\(s\\) enginez"),
+    ({"workload_engines": {"cpu-small": []}}, "workload_engines must map workloads to non-empty lists"),
+    ({"workload_engines": {"cpu-small": ["vllm"]}}, "workload_engines must map workloads to non-empty lists"),
     ({"preflight": {"window": 3}}, "unknown preflight setting\\(s\\) window"),
     ({"profile": "tpu"}, "profile must be one of auto, cpu, gpu"),
 ])
