@@ -66,16 +66,21 @@ METRICS: dict[str, MetricSpec] = {
     "lagged_reads_per_step": MetricSpec("count", "lower"),
     "step_gap_frac": MetricSpec("fraction", "lower"),
     "gpu_idle_frac": MetricSpec("fraction", "lower"),
+    # Batch generation spread over a host's GPUs (benchmarks/gpu_scaling.py; output_tok_s is the
+    # N-GPU run's): the same batch with its shards on one GPU, and the N-GPU figure over that one.
+    "one_gpu_output_tok_s": MetricSpec("tok/s", "higher"),
+    "scaling_ratio": MetricSpec("x", "higher"),
     # The bench job itself (engine "job"): its wall time outside the engines, and that as a share of its wall.
     "job_overhead_s": MetricSpec("s", "lower"),
     "job_overhead_frac": MetricSpec("fraction", "lower"),
 }
 
 # Micro-benchmarks roadmap rows may name besides the workloads (benchmarks/decode_step.py,
-# benchmarks/cpu_matmul.py, benchmarks/prefill.py's default shapes, benchmarks/step_trace.py).
+# benchmarks/cpu_matmul.py, benchmarks/prefill.py's default shapes, benchmarks/step_trace.py,
+# benchmarks/gpu_scaling.py).
 MICROBENCHMARKS: frozenset[str] = frozenset({
     "decode-step-b256-c1024", "decode-step-b1-c256", "cpu-gemm-step",
     "prefill-1x4000", "prefill-1x8000", "prefill-64x1000",
-    "step-trace-fixed-256x128x128",
+    "step-trace-fixed-256x128x128", "gpu-scaling-batch",
 })
 
