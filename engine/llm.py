@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from engine import quantized
+from engine.cpu_features import native_bf16
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.detokenizer import StopChecker
@@ -36,7 +37,7 @@ def _resolve_dtype(dtype: str, device: torch.device, quantization: str) -> str:
         return "bfloat16"
     # Dense weights: float32, exact to HF's float32. Quantized ones meet bf16 activations in
     # their matmul anyway; the rest runs in bf16 where the CPU has it, else in float32.
-    return "bfloat16" if quantization != "none" and quantized.native_bf16() else "float32"
+    return "bfloat16" if quantization != "none" and native_bf16() else "float32"
 
 
 def _check_quantization(config: EngineConfig, backend: str, device: torch.device, source) -> None:

@@ -1,11 +1,12 @@
-"""The GGUF's own 4-bit weights, run as they are stored: torch's int4 weight-only matmul on CPU.
+"""The GGUF's own 4-bit weights, run as they are stored: a CPU int4 matmul at decode sizes.
 
 A Q4_0 / Q4_1 tensor is 32-element blocks along each row, each block w = q * d + m with
 q in 0..15 (Q4_0: m = -8 d). `Int4Weight` keeps exactly that (the integers and the per-block
-d and m); `PackedInt4` is its form for `aten._weight_int4pack_mm_for_cpu`, which computes
-x @ ((q - 8) * scale + zero)^T per group of 32 with bf16 activations: scale = d and
-zero = m + 8 d, the same numbers rounded to bf16. The step streams a quarter of the bytes of
-bf16 weights and an eighth of float32 ones.
+d and m); `PackedInt4` is its form for a kernel: our own (engine/cpu_int4.c, where the CPU
+has AVX-512 BF16: the file's d and m as they are, bf16 activations), else
+`aten._weight_int4pack_mm_for_cpu`, which computes x @ ((q - 8) * scale + zero)^T per group
+of 32 with bf16 activations: scale = d and zero = m + 8 d, the same numbers rounded to bf16.
+The step streams a quarter of the bytes of bf16 weights and an eighth of float32 ones.
 
 Rounding: the activations and the block factors enter the kernel as bf16 (the kernel's
 float32 variant is a scalar loop, ~50x slower here); tests/test_quantized.py bounds the error.
@@ -15,11 +16,13 @@ moved the head's argmax on 1 row in 8 (measured); it runs dequantized.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from engine import cpu_int4
+from engine.cpu_features import native_bf16
 
 GROUP = 32                   # elements per GGUF block, and per group of the packed kernel
 # Above this many rows (a prefill) the int4 kernel, which unpacks every weight for each tile of
@@ -32,18 +35,6 @@ _INNER_TILES = 8             # _convert_weight_to_int4pack_for_cpu's inner K til
 def available() -> bool:
     """Whether this torch has the CPU int4 weight-only matmul (torch >= 2.5)."""
     return hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu")
-
-
-@functools.lru_cache(maxsize=1)   # asked once per packed weight while a model loads
-def native_bf16() -> bool:
-    """Whether this CPU computes in bf16 natively (AVX-512 BF16 or AMX); elsewhere bf16 is emulated
-    and float32 is the faster activation type. Read from /proc/cpuinfo (Linux); False elsewhere."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 @dataclass
@@ -71,28 +62,34 @@ class Int4Weight:
         """Rows stacked, as torch.cat(dim=0) of the dense weights would be."""
         return Int4Weight(*(torch.cat([getattr(p, f) for p in parts]) for f in ("q", "d", "m")))
 
-    def pack(self, wide_copy: bool | None = None) -> PackedInt4:
-        """Packed for the int4 kernel, plus (`wide_copy`; default: where the CPU has native bf16)
-        a dense bf16 copy for steps of more than WIDE_ROWS rows: 2 more bytes a weight for a
-        prefill ~2.4x faster. Without native bf16 a dense bf16 GEMM is emulated: no copy."""
+    def pack(self, wide_copy: bool | None = None, own_kernel: bool | None = None) -> PackedInt4:
+        """Packed for an int4 kernel (`own_kernel`; default: ours where it runs here, else
+        torch's), plus (`wide_copy`; default: where the CPU has native bf16) a dense bf16 copy
+        for steps of more than WIDE_ROWS rows: 2 more bytes a weight for a prefill ~2.4x
+        faster. Without native bf16 a dense bf16 GEMM is emulated: no copy."""
         n, k = self.shape
+        wide = self.dequantize().bfloat16() if (native_bf16() if wide_copy is None else wide_copy) else None
+        if own_kernel is None:
+            own_kernel = cpu_int4.available() and cpu_int4.fits(n, k)
+        if own_kernel:
+            return PackedInt4(*cpu_int4.pack(self.q, self.d, self.m), n, k, own_kernel=True, wide=wide)
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(self.q.contiguous(), _INNER_TILES)
         scale_zero = torch.stack([self.d, self.m + 8 * self.d], dim=-1).transpose(0, 1).contiguous()
-        wide = self.dequantize().bfloat16() if (native_bf16() if wide_copy is None else wide_copy) else None
-        return PackedInt4(packed, scale_zero.to(torch.bfloat16), n, k, wide)
+        return PackedInt4(packed, scale_zero.to(torch.bfloat16), n, k, own_kernel=False, wide=wide)
 
 
 @dataclass
 class PackedInt4:
-    """An int4 weight in torch's CPU packed layout; `matmul(x)` is x @ w^T in x's dtype."""
-    packed: torch.Tensor        # uint8, the kernel's layout
-    scale_zero: torch.Tensor    # [K/32, N, 2] bf16
+    """An int4 weight packed for a CPU kernel; `matmul(x)` is x @ w^T in x's dtype."""
+    packed: torch.Tensor        # uint8 in the kernel's layout
+    factors: torch.Tensor       # the block factors: ours [N/16, K/32, 2, 16] f16 d, m; torch's [K/32, N, 2] bf16
     out_features: int
     in_features: int
+    own_kernel: bool            # engine/cpu_int4.c's layout, else torch's
     wide: torch.Tensor | None = None   # [N, K] bf16, for steps of more than WIDE_ROWS rows
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
-        return (self.packed, self.scale_zero) + ((self.wide,) if self.wide is not None else ())
+        return (self.packed, self.factors) + ((self.wide,) if self.wide is not None else ())
 
     @property
     def num_parameters(self) -> int:
@@ -101,10 +98,12 @@ class PackedInt4:
     @property
     def nbytes(self) -> int:
         """What a decode step reads of it: the packed weight and its factors."""
-        return sum(t.numel() * t.element_size() for t in (self.packed, self.scale_zero))
+        return sum(t.numel() * t.element_size() for t in (self.packed, self.factors))
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         xb = x.to(torch.bfloat16)
         if self.wide is not None and x.shape[0] > WIDE_ROWS:
             return F.linear(xb, self.wide).to(x.dtype)
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(xb, self.packed, GROUP, self.scale_zero).to(x.dtype)
+        if self.own_kernel:
+            return cpu_int4.matmul(xb, self.packed, self.factors, self.out_features).to(x.dtype)
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(xb, self.packed, GROUP, self.factors).to(x.dtype)

@@ -52,6 +52,7 @@ def test_an_installed_roadgate_carries_the_kernel_sources(tmp_path):
     assert listing[0] == str(target / "cuda_src")
     shipped = set(listing[1].split())
     assert {p.name for p in repo.joinpath("cuda_src").glob("*.cu*")} <= shipped and "common.cuh" in shipped
+    assert (target / "engine" / "cpu_int4.c").is_file()     # the CPU int4 kernel's source, compiled at first use
 
 
 def declared_kernels(source: str) -> dict[re.Pattern, list[str]]:

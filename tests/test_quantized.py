@@ -1,15 +1,17 @@
-"""The GGUF's own 4-bit weights (quantization "gguf"): kept exactly as stored, packed for
-torch's CPU int4 matmul, and the engine on them close to the dense engine."""
+"""The GGUF's own 4-bit weights (quantization "gguf"): kept exactly as stored, packed for a CPU
+int4 matmul (our own, engine/cpu_int4.c, where the CPU has AVX-512 BF16; torch's), and the
+engine on them close to the dense engine."""
 from __future__ import annotations
 
 import pytest
 import torch
 import yaml
 
-from engine import LLM, SamplingParams
+from engine import LLM, SamplingParams, cpu_int4
+from engine.cpu_features import native_bf16
 from engine.gguf_file import INT4_TYPES, GGUFFile
 from engine.model_source import resolve
-from engine.quantized import WIDE_ROWS, Int4Weight, PackedInt4, native_bf16
+from engine.quantized import WIDE_ROWS, Int4Weight, PackedInt4
 from jobs.errors import WorkloadError
 from jobs.workloads import get_workload, load_workloads
 from tests.test_model_sources import tiny_hf_weights, write_tiny_gguf
@@ -44,11 +46,24 @@ def test_4bit_matrices_load_as_their_blocks_and_dequantize_exactly(tiny_int4):
     assert isinstance(kept["model.layers.0.self_attn.q_proj.weight"], Int4Weight)
 
 
-def test_the_packed_matmul_is_the_dense_product_to_bf16_rounding(model_path):
+OWN_KERNEL_MISSING = None if cpu_int4.available() else (
+    "engine/cpu_int4.c needs AVX-512 BF16 and a C compiler; this host has "
+    + ("no compiler" if cpu_int4.cpu_features.avx512_bf16() else "no AVX-512 BF16"))
+
+
+@pytest.fixture(params=[False, True], ids=["torch-kernel", "own-kernel"])
+def own_kernel(request):
+    if request.param and OWN_KERNEL_MISSING:
+        pytest.skip(OWN_KERNEL_MISSING)
+    return request.param
+
+
+def test_the_packed_matmul_is_the_dense_product_to_bf16_rounding(model_path, own_kernel):
     gf = GGUFFile(model_path)
     t = next(t for t in gf.tensors if t.name == "blk.0.ffn_gate.weight")
     blocks = gf.load_int4(t)
-    packed = blocks.pack()
+    packed = blocks.pack(own_kernel=own_kernel)
+    assert packed.own_kernel == own_kernel
     n, k = t.shape
     assert packed.num_parameters == n * k and packed.nbytes < n * k  # half a byte a weight, plus factors
     x = torch.randn(8, k, generator=torch.Generator().manual_seed(0))
@@ -62,10 +77,38 @@ def test_the_packed_matmul_is_the_dense_product_to_bf16_rounding(model_path):
     assert err_factors < err
 
 
-def test_wide_steps_take_the_dense_bf16_copy_and_give_the_same_product(model_path):
+def test_the_own_kernels_layout_holds_every_nibble_and_the_files_factors():
+    n, k = 48, 96
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randint(0, 16, (n, k), dtype=torch.int32, generator=gen)
+    d, m = (torch.randn(n, k // 32, generator=gen).half().float() for _ in range(2))
+    nibble_pairs, factors = cpu_int4.pack(q, d, m)      # [N/16, K/32, 16 pairs, 16 columns], [N/16, K/32, 2, 16]
+    unpacked = torch.stack([nibble_pairs & 15, nibble_pairs >> 4], dim=-1)        # [..., pair, column, 2]
+    assert torch.equal(unpacked.permute(0, 3, 1, 2, 4).reshape(n, k).int(), q)
+    assert torch.equal(factors[:, :, 0].permute(0, 2, 1).reshape(n, k // 32).float(), d)
+    assert torch.equal(factors[:, :, 1].permute(0, 2, 1).reshape(n, k // 32).float(), m)
+
+
+@pytest.mark.skipif(OWN_KERNEL_MISSING is not None, reason=str(OWN_KERNEL_MISSING))
+@pytest.mark.parametrize("rows", [1, 3, 8, 9, 17, WIDE_ROWS])
+@pytest.mark.parametrize("n,k", [(16, 32), (960, 576), (576, 1536)])
+def test_the_own_kernel_at_every_row_count_and_shape(rows, n, k):
+    gen = torch.Generator().manual_seed(rows * n + k)
+    blocks = Int4Weight(torch.randint(0, 16, (n, k), dtype=torch.int32, generator=gen),
+                        (torch.rand(n, k // 32, generator=gen) / 16).half().float(),
+                        (-torch.rand(n, k // 32, generator=gen) / 2).half().float())
+    x = torch.randn(rows, k, generator=gen).bfloat16()
+    exact = x.double() @ blocks.dequantize().double().T
+    got = blocks.pack(wide_copy=False, own_kernel=True).matmul(x)
+    assert got.dtype == torch.bfloat16 and got.shape == (rows, n)
+    # Exact products, float32 sums, one bf16 rounding of the output: ~0.2%.
+    assert ((got.double() - exact).norm() / exact.norm()).item() < 4e-3
+
+
+def test_wide_steps_take_the_dense_bf16_copy_and_give_the_same_product(model_path, own_kernel):
     gf = GGUFFile(model_path)
     blocks = gf.load_int4(next(t for t in gf.tensors if t.name == "blk.0.attn_output.weight"))
-    with_copy, without = blocks.pack(wide_copy=True), blocks.pack(wide_copy=False)
+    with_copy, without = (blocks.pack(wide_copy=wide, own_kernel=own_kernel) for wide in (True, False))
     assert without.wide is None and with_copy.wide.dtype == torch.bfloat16
     assert with_copy.nbytes == without.nbytes        # a decode step reads the packed weight only
     x = torch.randn(WIDE_ROWS + 1, blocks.shape[1], generator=torch.Generator().manual_seed(1))
