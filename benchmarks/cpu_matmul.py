@@ -10,6 +10,7 @@ each way torch offers on CPU:
   int8-bf16  int8 weights per output channel, bf16 activations (aten._weight_int8pack_mm)
   int4-bf16  int4 weights in groups of 32 (Q4_1's own layout), bf16 activations
              (aten._weight_int4pack_mm_for_cpu)
+  int4-own   the same weights through our kernel (engine/cpu_int4.c; AVX-512 BF16 only)
   fbgemm-int8 int8 weights, activations quantized per tensor per call (quantized.linear_dynamic)
 Random weights of the real shapes; median of --repeats timed calls after a warm-up, each
 call on weights the previous ones evicted from cache (the step streams 540 MB in float32).
@@ -29,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from engine import cpu_int4  # noqa: E402
 from jobs.host_facts import cpu_class  # noqa: E402
 from jobs.store.models import utcnow  # noqa: E402
 
@@ -56,12 +58,17 @@ def methods(w: torch.Tensor) -> dict:
     qweight = torch.quantize_per_channel(w, s8.double(), torch.zeros(n, dtype=torch.long), 0, torch.qint8)
     packed8 = torch.ops.quantized.linear_prepack(qweight, None)
     s8b = s8.bfloat16()
+    own = {}
+    if cpu_int4.available():
+        nibble_pairs, factors = cpu_int4.pack(q4, scale.half().float(), low.half().float())
+        own["int4-own"] = lambda x: cpu_int4.matmul(x, nibble_pairs, factors, n)
     return {
         "mkl": lambda x: F.linear(x, w),
         "onednn": lambda x: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], ""),
         "int8-bf16": lambda x: torch.ops.aten._weight_int8pack_mm(x.bfloat16(), w8, s8b),
         "int4-bf16": lambda x: torch.ops.aten._weight_int4pack_mm_for_cpu(x.bfloat16(), packed4, GROUP, scale_zero),
         "fbgemm-int8": lambda x: torch.ops.quantized.linear_dynamic(x, packed8, True),
+        **own,
     }
 
 
