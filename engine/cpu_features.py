@@ -20,5 +20,10 @@ def native_bf16() -> bool:
 
 
 def avx512_bf16() -> bool:
-    """The instructions engine/cpu_int4.c is built for."""
-    return {"avx512f", "avx512bw", "avx512_bf16"} <= flags()
+    """The instructions of engine/cpu_int4.c's bf16 build."""
+    return {"avx512f", "avx512bw", "avx512_bf16", "f16c"} <= flags()
+
+
+def avx2_fma() -> bool:
+    """The instructions of engine/cpu_int4.c's float32 build."""
+    return {"avx2", "fma", "f16c"} <= flags()

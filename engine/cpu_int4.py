@@ -1,14 +1,16 @@
-"""Our own CPU kernel for 4-bit GGUF weights at decode sizes (engine/cpu_int4.c), AVX-512 BF16.
+"""Our own CPU kernel for 4-bit GGUF weights at decode sizes (engine/cpu_int4.c).
 
 torch's int4 weight-only matmul unpacks every weight again for each tile of 4 rows, so at 8
 rows it spends most of a decode step unpacking (cpu-small-q4 on the 2-core AVX-512 BF16 EPYC:
-15 ms a step of 30 layers, where the weights stream in ~6). This kernel unpacks each 16-byte
-group once for up to 8 rows and takes the file's own block factors in float32 (see the .c).
+15 ms a step of 30 layers, where the weights stream in ~6). This kernel unpacks each group
+of nibbles once for several rows and takes the file's own block factors in float32 (see the
+.c). Two builds: bf16 activations on AVX-512 BF16, float32 ones on AVX2 + FMA (where bf16 is
+emulated and the engine runs float32); `matmul` takes the one this CPU has.
 
 It is compiled at first use with the C compiler on PATH (cc, or $CC) into the build cache
 ($ROADGATE_CACHE, default ~/.cache/roadgate), keyed by the source, flags and compiler, and
-loaded with ctypes; `available()` is False where the CPU lacks AVX-512 BF16 or nothing can
-compile it, and the engine then keeps torch's kernel.
+loaded with ctypes; `available()` is False where the CPU has neither or nothing can compile
+it, and the engine then keeps torch's kernel.
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ import torch
 from engine import cpu_features
 
 SOURCE = Path(__file__).with_name("cpu_int4.c")
-FLAGS = ("-O3", "-std=c11", "-shared", "-fPIC", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512bf16", "-mf16c")
+# Each function names its instruction set in the source: the library loads on any x86-64.
+FLAGS = ("-O3", "-std=c11", "-shared", "-fPIC", "-fopenmp")
 LANES, BLOCK = 16, 32        # output columns per tile, weights per GGUF block (cpu_int4.c's)
 log = logging.getLogger(__name__)
 
@@ -57,27 +60,34 @@ def _build(compiler: str) -> Path:
 
 
 @functools.lru_cache(maxsize=1)
-def _kernel():
-    """The compiled kernel, or None (with the reason logged once) where it cannot run here."""
-    if not cpu_features.avx512_bf16():
-        return None
+def _library() -> ctypes.CDLL | None:
+    """The compiled kernels, or None (with the reason logged once) where nothing compiles them."""
     compiler = _compiler()
     if compiler is None:
         log.warning("no C compiler on PATH: 4-bit weights use torch's int4 kernel")
         return None
     try:
-        fn = ctypes.CDLL(str(_build(compiler))).int4_matmul_bf16
+        lib = ctypes.CDLL(str(_build(compiler)))
     except (RuntimeError, OSError) as e:
         log.warning("the CPU int4 kernel did not build (%s): 4-bit weights use torch's int4 kernel", e)
         return None
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-                   ctypes.c_void_p, ctypes.c_void_p]
-    fn.restype = None
-    return fn
+    for fn in (lib.int4_matmul_bf16, lib.int4_matmul_f32):
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                       ctypes.c_void_p, ctypes.c_void_p]
+        fn.restype = None
+    return lib
+
+
+def activation_dtype() -> torch.dtype | None:
+    """The activation type of the build this CPU runs (bf16 on AVX-512 BF16, float32 on AVX2 +
+    FMA), None where neither runs."""
+    if cpu_features.avx512_bf16():
+        return torch.bfloat16
+    return torch.float32 if cpu_features.avx2_fma() else None
 
 
 def available() -> bool:
-    return _kernel() is not None
+    return activation_dtype() is not None and _library() is not None
 
 
 def fits(out_features: int, in_features: int) -> bool:
@@ -95,12 +105,17 @@ def pack(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tenso
     return nibble_pairs, factors.to(torch.float16).contiguous()
 
 
-def matmul(x: torch.Tensor, nibble_pairs: torch.Tensor, factors: torch.Tensor, out_features: int) -> torch.Tensor:
-    """x [M, K] @ w^T -> [M, N] bf16, for a weight packed by `pack`."""
-    x = x.to(torch.bfloat16).contiguous()
+def matmul(x: torch.Tensor, nibble_pairs: torch.Tensor, factors: torch.Tensor, out_features: int,
+           dtype: torch.dtype | None = None) -> torch.Tensor:
+    """x [M, K] @ w^T -> [M, N] in the activation dtype (`dtype`, default this CPU's build's:
+    see activation_dtype), for a weight packed by `pack`."""
+    dtype = dtype or activation_dtype()
+    x = x.to(dtype).contiguous()
     rows, k = x.shape
-    y = torch.empty((rows, out_features), dtype=torch.bfloat16)
+    y = torch.empty((rows, out_features), dtype=dtype)
     sums = torch.empty(rows * (k // BLOCK), dtype=torch.float32)
-    _kernel()(x.data_ptr(), rows, k, nibble_pairs.data_ptr(), factors.data_ptr(), out_features, sums.data_ptr(),
-              y.data_ptr())
+    lib = _library()
+    kernel = lib.int4_matmul_bf16 if dtype == torch.bfloat16 else lib.int4_matmul_f32
+    kernel(x.data_ptr(), rows, k, nibble_pairs.data_ptr(), factors.data_ptr(), out_features, sums.data_ptr(),
+           y.data_ptr())
     return y

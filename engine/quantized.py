@@ -3,7 +3,8 @@
 A Q4_0 / Q4_1 tensor is 32-element blocks along each row, each block w = q * d + m with
 q in 0..15 (Q4_0: m = -8 d). `Int4Weight` keeps exactly that (the integers and the per-block
 d and m); `PackedInt4` is its form for a kernel: our own (engine/cpu_int4.c, where the CPU
-has AVX-512 BF16: the file's d and m as they are, bf16 activations), else
+has AVX-512 BF16 (bf16 activations) or AVX2 + FMA (float32); the file's d and m as they
+are), else
 `aten._weight_int4pack_mm_for_cpu`, which computes x @ ((q - 8) * scale + zero)^T per group
 of 32 with bf16 activations: scale = d and zero = m + 8 d, the same numbers rounded to bf16.
 The step streams a quarter of the bytes of bf16 weights and an eighth of float32 ones.
@@ -105,5 +106,5 @@ class PackedInt4:
         if self.wide is not None and x.shape[0] > WIDE_ROWS:
             return F.linear(xb, self.wide).to(x.dtype)
         if self.own_kernel:
-            return cpu_int4.matmul(xb, self.packed, self.factors, self.out_features).to(x.dtype)
+            return cpu_int4.matmul(x, self.packed, self.factors, self.out_features).to(x.dtype)
         return torch.ops.aten._weight_int4pack_mm_for_cpu(xb, self.packed, GROUP, self.factors).to(x.dtype)

@@ -89,20 +89,28 @@ def test_the_own_kernels_layout_holds_every_nibble_and_the_files_factors():
     assert torch.equal(factors[:, :, 1].permute(0, 2, 1).reshape(n, k // 32).float(), m)
 
 
+# Each build of the own kernel this CPU runs (an AVX-512 BF16 CPU runs the AVX2 one too), with
+# its error bound: exact products, float32 sums, then the output's rounding (bf16: ~0.2%).
+BUILDS = [pytest.param(torch.bfloat16, 4e-3, id="bf16-avx512", marks=pytest.mark.skipif(
+              not cpu_int4.cpu_features.avx512_bf16(), reason="this CPU has no AVX-512 BF16")),
+          pytest.param(torch.float32, 1e-5, id="f32-avx2", marks=pytest.mark.skipif(
+              not cpu_int4.cpu_features.avx2_fma(), reason="this CPU has no AVX2 + FMA"))]
+
+
 @pytest.mark.skipif(OWN_KERNEL_MISSING is not None, reason=str(OWN_KERNEL_MISSING))
-@pytest.mark.parametrize("rows", [1, 3, 8, 9, 17, WIDE_ROWS])
+@pytest.mark.parametrize("dtype,bound", BUILDS)
+@pytest.mark.parametrize("rows", [1, 3, 4, 8, 9, 17, WIDE_ROWS])
 @pytest.mark.parametrize("n,k", [(16, 32), (960, 576), (576, 1536)])
-def test_the_own_kernel_at_every_row_count_and_shape(rows, n, k):
+def test_the_own_kernel_at_every_row_count_and_shape(dtype, bound, rows, n, k):
     gen = torch.Generator().manual_seed(rows * n + k)
-    blocks = Int4Weight(torch.randint(0, 16, (n, k), dtype=torch.int32, generator=gen),
-                        (torch.rand(n, k // 32, generator=gen) / 16).half().float(),
-                        (-torch.rand(n, k // 32, generator=gen) / 2).half().float())
-    x = torch.randn(rows, k, generator=gen).bfloat16()
-    exact = x.double() @ blocks.dequantize().double().T
-    got = blocks.pack(wide_copy=False, own_kernel=True).matmul(x)
-    assert got.dtype == torch.bfloat16 and got.shape == (rows, n)
-    # Exact products, float32 sums, one bf16 rounding of the output: ~0.2%.
-    assert ((got.double() - exact).norm() / exact.norm()).item() < 4e-3
+    q = torch.randint(0, 16, (n, k), dtype=torch.int32, generator=gen)
+    d = (torch.rand(n, k // 32, generator=gen) / 16).half().float()
+    m = (-torch.rand(n, k // 32, generator=gen) / 2).half().float()
+    x = torch.randn(rows, k, generator=gen).to(dtype)
+    exact = x.double() @ Int4Weight(q, d, m).dequantize().double().T
+    got = cpu_int4.matmul(x, *cpu_int4.pack(q, d, m), n, dtype=dtype)
+    assert got.dtype == dtype and got.shape == (rows, n)
+    assert ((got.double() - exact).norm() / exact.norm()).item() < bound
 
 
 def test_wide_steps_take_the_dense_bf16_copy_and_give_the_same_product(model_path, own_kernel):
