@@ -14,6 +14,11 @@ process initialises CUDA, and sets CUDA_VISIBLE_DEVICES to it: N tasks on an N-G
   counts. Where it counts none (a CPU host, or no NVML to count with), the host is one slot,
   cpu.lock: GPU tasks there run one at a time, so benches still never overlap, and a GPU
   that could not be counted is never shared either.
+* Tasks that run side by side by design (a nightly run's bench cells) lease under one `group`,
+  which the lease file names after its holder. `holders(group)` gives the pids of the group's
+  live holders, which the host monitor and a cell's preflight leave out of the foreign load: a
+  file's words outlive their holder, so a pid counts only while the kernel's lock table
+  (/proc/locks) shows that very pid holding the file's lock.
 * CUDA reads CUDA_VISIBLE_DEVICES once, when it initialises, and a process cannot change
   devices afterwards. So the variable stays set when a lease ends, and a process whose
   CUDA_VISIBLE_DEVICES names devices already (an earlier lease, or an operator's choice)
@@ -28,6 +33,7 @@ import fcntl
 import functools
 import logging
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass
@@ -42,6 +48,8 @@ log = logging.getLogger(__name__)
 # How long a task waits for a device by default: a nightly's worth, as its preflight sensor does.
 WAIT_S = 6 * 3600.0
 CUDA_ERROR_NOT_INITIALIZED = 3
+# What a holder writes into its lease file (lease()): read back by waiters and by holders().
+HOLDER_WORDS = re.compile(r"pid (?P<pid>\d+) on \S+ since \S+(?: for (?P<group>.+))?")
 
 
 class Contended(Exception):
@@ -108,10 +116,11 @@ def usable_devices(count: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def lease(index: int | None = None, timeout_s: float = WAIT_S, *, poll_s: float = 1.0,
+def lease(index: int | None = None, timeout_s: float = WAIT_S, *, group: str | None = None, poll_s: float = 1.0,
           clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> Iterator[Lease]:
     """Hold device `index`, or the lowest free one, exclusively; wait up to `timeout_s` for
-    one, then raise Contended. On a host without GPUs, its one CPU slot."""
+    one, then raise Contended. On a host without GPUs, its one CPU slot. `group`: the tasks
+    this one runs beside by design (see holders())."""
     count = device_count()
     devices = usable_devices(count)
     if index is not None:
@@ -129,7 +138,8 @@ def lease(index: int | None = None, timeout_s: float = WAIT_S, *, poll_s: float 
         f, path = slots[device], paths[device]
         f.seek(0)
         f.truncate()
-        f.write(f"pid {os.getpid()} on {socket.gethostname()} since {_utcnow().isoformat()}")  # for waiters' messages
+        f.write(f"pid {os.getpid()} on {socket.gethostname()} since {_utcnow().isoformat()}"
+                + (f" for {group}" if group else ""))
         f.flush()
         if device is None:
             log.info("no GPU on this host: leased its one slot (%s); GPU tasks here run one at a time", path)
@@ -143,6 +153,42 @@ def lease(index: int | None = None, timeout_s: float = WAIT_S, *, poll_s: float 
         finally:
             held.released_at = _utcnow()
             # Closing the file (the ExitStack) releases the flock.
+
+
+def holders(group: str) -> set[int]:
+    """The pids of the other processes of this host that hold a lease taken for `group`: those
+    whose lease file names them and the group while the kernel shows that pid holding its lock
+    (a dead holder's lock is freed, its words are not). No pid where /proc/locks cannot be read,
+    nor one it shows as 0: a holder in another pid namespace (another container of the docker
+    runner)."""
+    locked = _flock_holders()
+    found = set()
+    for path in settings.gpu_lease_dir().glob("*.lock"):
+        try:
+            words, stat = path.read_text().strip(), path.stat()
+        except OSError:
+            continue   # not there, or not ours to read: no sibling of ours
+        named = HOLDER_WORDS.fullmatch(words)
+        if named and named["group"] == group and \
+                locked.get((os.major(stat.st_dev), os.minor(stat.st_dev), stat.st_ino)) == int(named["pid"]):
+            found.add(int(named["pid"]))
+    return found - {os.getpid()}
+
+
+def _flock_holders() -> dict[tuple[int, int, int], int]:
+    """(device major, minor, inode) -> the pid holding an exclusive flock on that file."""
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return {}
+    held = {}
+    for line in lines:
+        # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:2146475 0 EOF"; a waiter's line has "->" after the number.
+        fields = line.split()
+        if fields[1:4] == ["FLOCK", "ADVISORY", "WRITE"]:
+            major, minor, inode = fields[5].split(":")
+            held[int(major, 16), int(minor, 16), int(inode)] = int(fields[4])
+    return held
 
 
 def holding_a_gpu(task: Callable[..., dict]) -> Callable[..., dict]:

@@ -1,7 +1,8 @@
 """GPU leases (jobs/gpu_lease.py) on a CPU host with a simulated device count (ROADGATE_GPU_COUNT):
 N processes lease N distinct GPUs, each with CUDA_VISIBLE_DEVICES naming its own; one more waits,
 for a bounded time and saying who holds them, until one is released; a SIGKILLed holder leaks
-nothing; a host without GPUs is one slot. tests/gpu/test_gpu_lease.py leases the real GPU."""
+nothing; a host without GPUs is one slot; the live holders of a group's leases are known by the
+kernel's lock table, not by a lease file's words alone. tests/gpu/test_gpu_lease.py leases the real GPU."""
 from __future__ import annotations
 
 import fcntl
@@ -23,7 +24,7 @@ import json, logging, os, sys
 from jobs.gpu_lease import Contended, lease
 logging.basicConfig(level=logging.INFO, format="%(message)s")
 try:
-    with lease(timeout_s=float(sys.argv[1]), poll_s=0.05) as held:
+    with lease(timeout_s=float(sys.argv[1]), poll_s=0.05, group=sys.argv[2] or None) as held:
         print(json.dumps({"index": held.index, "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
                           "order": os.environ.get("CUDA_DEVICE_ORDER")}), flush=True)
         sys.stdin.readline()   # held until the test releases it, or kills this process
@@ -35,10 +36,11 @@ except Contended as e:
 class Holder:
     """A process of its own that leases a GPU of a simulated host and holds it until released or killed."""
 
-    def __init__(self, lease_dir: Path, gpus: int, timeout_s: float = 30):
+    def __init__(self, lease_dir: Path, gpus: int, timeout_s: float = 30, group: str = ""):
         env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
         env |= {"ROADGATE_GPU_COUNT": str(gpus), "ROADGATE_GPU_LEASE_DIR": str(lease_dir)}
-        self.proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(timeout_s)], cwd=REPO, env=env, text=True,
+        self.proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(timeout_s), group], cwd=REPO, env=env,
+                                     text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def outcome(self, within_s: float = 30) -> dict | None:
@@ -57,11 +59,11 @@ class Holder:
 
 @pytest.fixture
 def holders(tmp_path):
-    """holders(gpus, timeout_s=30): a new Holder on a simulated host of `gpus` GPUs (one lease directory)."""
+    """holders(gpus, timeout_s=30, group=""): a new Holder on a simulated host of `gpus` GPUs (one lease directory)."""
     started: list[Holder] = []
 
-    def start(gpus: int, timeout_s: float = 30) -> Holder:
-        started.append(Holder(tmp_path / "leases", gpus, timeout_s))
+    def start(gpus: int, timeout_s: float = 30, group: str = "") -> Holder:
+        started.append(Holder(tmp_path / "leases", gpus, timeout_s, group))
         return started[-1]
     yield start
     for h in started:
@@ -100,6 +102,31 @@ def test_a_sigkilled_holder_leaks_no_lease(holders):
     assert holder.outcome()["index"] == 0
     holder.kill()
     assert holders(1, timeout_s=0).outcome()["index"] == 0   # free at once: the kernel dropped the flock
+
+
+def test_a_groups_holders_are_the_live_ones_the_kernel_shows_holding_their_lease(holders, tmp_path, monkeypatch):
+    monkeypatch.setenv("ROADGATE_GPU_LEASE_DIR", str(tmp_path / "leases"))
+    night, other_night, alone = holders(4, group="cells of night 1"), holders(4, group="cells of night 2"), holders(4)
+    assert all(h.outcome() for h in (night, other_night, alone))
+    assert gpu_lease.holders("cells of night 1") == {night.proc.pid}
+    assert gpu_lease.holders("cells of night 2") == {other_night.proc.pid}
+    leased_by_night = [p for p in (tmp_path / "leases").iterdir() if f"pid {night.proc.pid} " in p.read_text()]
+    night.kill()
+    # Its file still names it and the group, but the kernel freed its lock: a dead holder, or a
+    # process that took its pid since, is no sibling.
+    assert len(leased_by_night) == 1 and "for cells of night 1" in leased_by_night[0].read_text()
+    assert gpu_lease.holders("cells of night 1") == set()
+    # The lease file a new holder has not yet written to names the last one: not a holder either.
+    with hold(tmp_path / "leases", leased_by_night[0].name):
+        assert gpu_lease.holders("cells of night 1") == set()
+
+
+def test_this_process_is_not_a_holder_of_its_own_group(simulated_gpus, tmp_path, monkeypatch):
+    simulated_gpus(1)
+    monkeypatch.setenv("ROADGATE_GPU_LEASE_DIR", str(tmp_path))
+    with gpu_lease.lease(group="cells of night 1") as held:
+        assert f"pid {os.getpid()} " in held.path.read_text()
+        assert gpu_lease.holders("cells of night 1") == set()
 
 
 def test_a_host_without_gpus_is_one_slot_and_leaves_cuda_alone(holders):
