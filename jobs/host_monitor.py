@@ -11,6 +11,11 @@ once more when the measurement ends, so a short measurement has a sample too:
   other process, counts what a sum over /proc/<pid> misses: processes that start and
   end between two samples, kernel threads, interrupts, and steal (another guest on our
   cores), all of which take CPU from the engine.
+* sibling CPUs: the process trees of the tasks that run beside this one by design (a
+  nightly run's other bench cells, on the other GPUs of the host: `siblings`, the live holders
+  of their GPU leases) are left out of the foreign CPUs and recorded apart. A sibling counts
+  from the sample it is first seen at and until the last one it is seen at; its CPU outside
+  those (under one interval each side) reads foreign.
 * on a GPU host (NVML): the GPU's processes outside our tree, and its utilization
   (ours included, so it is recorded, not judged).
 
@@ -26,9 +31,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
-from jobs.preflight import GpuState, cpu_jiffies, nvml_session
+from jobs.preflight import GpuState, busy_cpus_sampler, cpu_jiffies, nvml_session
 
 # Often enough to catch a burst of a few seconds; one sample reads every /proc/<pid>/stat
 # (2-6 ms with 90-180 processes, measured, the GIL held), about 1% of one core at this rate.
@@ -42,6 +47,23 @@ class Inputs:
     gpu_query: Callable[[], GpuState | None]              # None: no NVML or no GPU
     clock: Callable[[], float]                            # seconds, monotonic
     cpus: int
+    # CPU jiffies of each sibling's process tree, by the sibling's pid; {}: none runs beside us
+    siblings: Callable[[], dict[int, int]] = dict
+
+
+class SiblingTicks:
+    """Each call: the CPU ticks the siblings' trees used since the previous call (or since it was
+    made), over the siblings seen both times."""
+
+    def __init__(self, trees: Callable[[], dict[int, int]]):
+        self.trees = trees
+        self.previous = trees()
+
+    def __call__(self) -> int:
+        current = self.trees()
+        used = sum(ticks - self.previous[pid] for pid, ticks in current.items() if pid in self.previous)
+        self.previous = current
+        return used
 
 
 class Sampler:
@@ -51,8 +73,9 @@ class Sampler:
         self.inputs = inputs
         self.start = inputs.clock()
         self.previous = inputs.host_jiffies(), inputs.tree()[0]
-        self.samples: list[tuple[float, float, list[int], float | None]] = []
-        self.foreign_jiffies = self.elapsed_jiffies = 0.0
+        self.sibling_ticks = SiblingTicks(inputs.siblings)
+        self.samples: list[tuple[float, float, list[int], float | None, float]] = []
+        self.foreign_jiffies = self.sibling_jiffies = self.elapsed_jiffies = 0.0
 
     def sample(self) -> None:
         host, (own, pids) = self.inputs.host_jiffies(), self.inputs.tree()
@@ -63,31 +86,39 @@ class Sampler:
         if elapsed < 1:
             return   # shorter than a tick tells nothing; the next sample covers it
         self.previous = host, own
-        foreign = (host[0] - before[0]) - (own - own_before)
-        # Sums, not clamped per sample: the two readings are not atomic, so a tick
+        siblings = self.sibling_ticks()
+        foreign = (host[0] - before[0]) - (own - own_before) - siblings
+        # Sums, not clamped per sample: the readings are not atomic, so a tick
         # counted on one side of a sample is counted on the other side of the next.
         self.foreign_jiffies += foreign
+        self.sibling_jiffies += siblings
         self.elapsed_jiffies += elapsed
         gpu = self.inputs.gpu_query()
         self.samples.append((round(self.inputs.clock() - self.start, 3), round(max(foreign, 0) / elapsed, 3),
-                             sorted(set(gpu.pids) - pids) if gpu else [], gpu.utilization_pct if gpu else None))
+                             sorted(set(gpu.pids) - pids) if gpu else [], gpu.utilization_pct if gpu else None,
+                             round(max(siblings, 0) / elapsed, 3)))
 
     def summary(self) -> dict:
         """What runs.validity keeps per engine: every sample (t, foreign CPUs, foreign GPU pids,
-        GPU utilization %), and the maximum and time-weighted mean of the foreign CPUs."""
+        GPU utilization %, sibling CPUs), the maximum and time-weighted mean of the foreign
+        CPUs, and the time-weighted mean of the siblings' (not judged: a reader's to see)."""
+        def mean(jiffies: float) -> float | None:
+            return round(max(jiffies, 0) / self.elapsed_jiffies, 3) if self.elapsed_jiffies else None
         return {"samples": [list(s) for s in self.samples],
                 "foreign_cpus_max": max((s[1] for s in self.samples), default=None),
-                "foreign_cpus_mean": round(max(self.foreign_jiffies, 0) / self.elapsed_jiffies, 3)
-                if self.elapsed_jiffies else None,
+                "foreign_cpus_mean": mean(self.foreign_jiffies),
+                "sibling_cpus_mean": mean(self.sibling_jiffies),
                 "foreign_gpu_pids": sorted({pid for s in self.samples for pid in s[2]}),
                 "gpu_present": any(s[3] is not None for s in self.samples)}
 
 
 @contextlib.contextmanager
-def watch(gpu_index: int | None = 0, every_s: float = EVERY_S, inputs: Inputs | None = None) -> Iterator[Sampler]:
-    """Sample the host while the body runs; the yielded Sampler's summary() is complete on exit."""
+def watch(gpu_index: int | None = 0, every_s: float = EVERY_S, inputs: Inputs | None = None,
+          siblings: Callable[[], Iterable[int]] = tuple) -> Iterator[Sampler]:
+    """Sample the host while the body runs; the yielded Sampler's summary() is complete on exit.
+    `siblings`: the pids of the tasks running beside this one by design, asked at each sample."""
     with contextlib.ExitStack() as held:
-        sampler = Sampler(inputs or held.enter_context(machine(gpu_index)))
+        sampler = Sampler(inputs or held.enter_context(machine(gpu_index, siblings)))
         stop = threading.Event()
 
         def loop() -> None:
@@ -105,15 +136,37 @@ def watch(gpu_index: int | None = 0, every_s: float = EVERY_S, inputs: Inputs | 
 
 
 @contextlib.contextmanager
-def machine(gpu_index: int | None = 0) -> Iterator[Inputs]:
-    """The real host: /proc for the CPUs and our process tree, NVML (held open meanwhile) for the GPU."""
+def machine(gpu_index: int | None = 0, siblings: Callable[[], Iterable[int]] = tuple) -> Iterator[Inputs]:
+    """The real host: /proc for the CPUs, our process tree and the trees of `siblings` (pids),
+    NVML (held open meanwhile) for the GPU."""
     with nvml_session(gpu_index) as gpu:
-        yield Inputs(host_jiffies=cpu_jiffies, tree=lambda: process_tree(os.getpid()),
-                     gpu_query=gpu or (lambda: None), clock=time.monotonic, cpus=os.cpu_count() or 1)
+        yield Inputs(host_jiffies=cpu_jiffies, tree=lambda: process_trees([os.getpid()])[os.getpid()],
+                     gpu_query=gpu or (lambda: None), clock=time.monotonic, cpus=os.cpu_count() or 1,
+                     siblings=lambda: sibling_tree_ticks(siblings()))
 
 
-def process_tree(root: int, proc: Path = Path("/proc")) -> tuple[int, set[int]]:
-    """CPU clock ticks of process `root` and its descendants (their reaped children included), and their pids."""
+def busy_cpus_outside(siblings: Callable[[], Iterable[int]]) -> Callable[[], float]:
+    """A preflight's load (jobs.preflight.Inputs.load) that leaves out the process trees of
+    `siblings` (pids, asked at each sample), as the monitor's foreign CPUs do."""
+    return busy_cpus_sampler(SiblingTicks(lambda: sibling_tree_ticks(siblings())))
+
+
+def sibling_tree_ticks(siblings: Iterable[int]) -> dict[int, int]:
+    """CPU clock ticks of the process tree of each sibling still running, by its pid; but
+    one whose tree holds this process or lies inside its tree: that CPU is ours, not to be
+    left out twice."""
+    roots = set(siblings)
+    if not roots:
+        return {}
+    me = os.getpid()
+    trees = process_trees(roots | {me})
+    ours = trees[me][1]
+    return {root: ticks for root, (ticks, pids) in trees.items() if root not in ours and me not in pids}
+
+
+def process_trees(roots: Iterable[int], proc: Path = Path("/proc")) -> dict[int, tuple[int, set[int]]]:
+    """For each of `roots` still running: the CPU clock ticks of it and its descendants (their
+    reaped children included), and their pids. One pass over /proc for all of them."""
     ppid_and_ticks = {}
     for entry in proc.iterdir():
         if entry.name.isdigit():
@@ -127,9 +180,12 @@ def process_tree(root: int, proc: Path = Path("/proc")) -> tuple[int, set[int]]:
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in ppid_and_ticks.items():
         children.setdefault(ppid, []).append(pid)
-    tree, todo = set(), [root]
-    while todo:
-        pid = todo.pop()
-        tree.add(pid)
-        todo += children.get(pid, [])
-    return sum(ppid_and_ticks[pid][1] for pid in tree if pid in ppid_and_ticks), tree
+    trees = {}
+    for root in set(roots) & set(ppid_and_ticks):
+        tree, todo = set(), [root]
+        while todo:
+            pid = todo.pop()
+            tree.add(pid)
+            todo += children.get(pid, [])
+        trees[root] = sum(ppid_and_ticks[pid][1] for pid in tree), tree
+    return trees

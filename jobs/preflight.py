@@ -125,15 +125,18 @@ def _gpu_report(gpu_index: int | None, gpu: GpuState | None) -> dict:
     return {"index": gpu_index, "present": True, "utilization_pct": gpu.utilization_pct, "foreign_pids": foreign}
 
 
-def machine() -> Inputs:
-    """The real host: busy CPUs from /proc/stat, the monotonic clock, real sleep, NVML."""
-    return Inputs(load=busy_cpus_sampler(), clock=time.monotonic, sleep=time.sleep, gpu_query=nvml_query)
+def machine(load: Callable[[], float] | None = None) -> Inputs:
+    """The real host: busy CPUs from /proc/stat (or `load`), the monotonic clock, real sleep, NVML."""
+    return Inputs(load=load or busy_cpus_sampler(), clock=time.monotonic, sleep=time.sleep, gpu_query=nvml_query)
 
 
-def busy_cpus_sampler() -> Callable[[], float]:
+def busy_cpus_sampler(left_out: Callable[[], int] = lambda: 0) -> Callable[[], float]:
     """Busy CPUs since the previous call: the load-average unit, but sampled, not a 1-minute average.
+    `left_out`: the CPU ticks of processes not to count (a nightly cell's siblings) since its
+    own previous call, or since it was made (jobs.host_monitor.busy_cpus_outside).
 
-    Too short an interval (or no /proc/stat) falls back to the 1-minute load average.
+    Too short an interval (or no /proc/stat) falls back to the 1-minute load average, which
+    counts every process.
     """
     previous = cpu_jiffies()
 
@@ -142,9 +145,9 @@ def busy_cpus_sampler() -> Callable[[], float]:
         current = cpu_jiffies()
         if previous is None or current is None or current[1] - previous[1] < 10 * (os.cpu_count() or 1):
             return os.getloadavg()[0]
-        busy, total = current[0] - previous[0], current[1] - previous[1]
+        busy, total = current[0] - previous[0] - left_out(), current[1] - previous[1]
         previous = current
-        return busy / total * (os.cpu_count() or 1)
+        return max(busy, 0) / total * (os.cpu_count() or 1)
 
     return busy_cpus
 
