@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Callable, Iterable
 
 import pyarrow as pa
 
@@ -49,18 +50,21 @@ class BenchResult:
     engine_s: float | None = None     # time inside the engine adapter: load, warm-up and the timed run
     host: dict | None = None          # the host meanwhile (host_monitor summary); None: not watched
     gpu: dict | None = None           # the GPU lease it ran under (gpu_lease.Lease.record()); None: none
+    preflight: dict | None = None     # its own preflight (a nightly cell's, PreflightOutcome.as_dict()); None: none
 
 
 def run_engine(workload: Workload, engine: str, model: str = DEFAULT_MODEL, backend: str = "auto",
                device: str = "cpu", dtype: str = "auto", *, gpu_index: int | None = 0,
-               host_inputs: host_monitor.Inputs | None = None) -> BenchResult:
+               host_inputs: host_monitor.Inputs | None = None,
+               siblings: Callable[[], Iterable[int]] = tuple) -> BenchResult:
     """One engine on `workload`, the host watched throughout (`host_inputs`: a scripted host;
-    `gpu_index`: the GPU to watch, None for none)."""
+    `gpu_index`: the GPU to watch, None for none; `siblings`: the pids of the tasks run beside
+    it by design, whose CPU is recorded apart from the foreign)."""
     dtype = workload.dtype if dtype == "auto" else dtype
     entered = time.perf_counter()
     # Watched from load to the last token, not just the timed part: the adapters do not
     # say when that starts, and a host busy at any point of it is a host to distrust.
-    with host_monitor.watch(gpu_index, inputs=host_inputs) as host:
+    with host_monitor.watch(gpu_index, inputs=host_inputs, siblings=siblings) as host:
         run = engines.run_engine(engine, workload, model, backend, device, dtype)
     engine_s = time.perf_counter() - entered
     rows = [request_row(c) for c in run.completions]
@@ -114,7 +118,9 @@ def record(results: list[BenchResult], started_at: datetime, finished_at: dateti
                     preflight=preflight.as_dict() if preflight else {},
                     validity=run_verdict(workload, {r.run.engine: r.metrics for r in results}, preflight_status,
                                          preflight_thresholds=preflight.thresholds if preflight else None,
-                                         host_by_engine={r.run.engine: r.host for r in results if r.host}),
+                                         host_by_engine={r.run.engine: r.host for r in results if r.host},
+                                         preflight_by_engine={r.run.engine: r.preflight for r in results
+                                                              if r.preflight}),
                     config={"model": model, "model_sha256": digest, "workload_version": workload.version,
                             "measurement_method": MEASUREMENT_METHOD,
                             "engines": {r.run.engine: r.run.config for r in results},

@@ -6,8 +6,12 @@
 The landing updates the results asset; dags/gate_evaluation.py, scheduled on it, calls
 evaluate_gates_now -> publish_report.
 
-Each cell runs one engine on one workload and stages its result (per-request rows
-and summary metrics, one Parquet file) under the DAG run's staging directory.
+Each cell runs one engine on one workload on a GPU it leases, after a preflight of its
+own on that GPU, and stages its result (per-request rows and summary metrics, one Parquet
+file, its lease and preflight with them) under the DAG run's staging directory. The cells
+of one DAG run lease as one group (jobs.gpu_lease.holders): on a host of several GPUs they
+run side by side by design, so each leaves the others' CPU out of its preflight's load and
+records it apart from the foreign CPUs while it is measured (jobs.host_monitor).
 Landing groups the cells by workload, measures agreement against the reference
 engine and records one run per workload, all its engines on one fingerprint, as
 `roadgate bench` does in one process. Run ids derive from the DAG run, so landing
@@ -15,6 +19,7 @@ twice records nothing twice, and a retried cell whose result is staged is skippe
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -28,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from jobs import gpu_lease
+from jobs import gpu_lease, preflight
 from jobs.atomic import atomic_parquet_writer
 from jobs.errors import WorkloadError
 from jobs.settings import SHIPPED_DATA, data_dir
@@ -153,13 +158,10 @@ def wait_for_quiet_host(config: NightlyConfig, inputs=None, waited_s: float = 0.
     quiet, else None. Each poke logs one status line: what it measured against what it
     needs, how long the run has waited (`waited_s`) of how long it will (`limit_s`), and how
     to override."""
-    from jobs import preflight
     p = config.preflight
     try:
         with gpu_lease.lease(timeout_s=0) as leased:
-            outcome = preflight.check(window_s=p["window_s"], load_threshold=p["load_threshold"],
-                                      timeout_s=p["window_s"], sample_every_s=p["sample_every_s"],
-                                      gpu_index=leased.index, max_gpu_util=p["max_gpu_util"], inputs=inputs)
+            outcome = _check_quiet(config, leased.index, p["window_s"], inputs)
     except gpu_lease.Contended as e:
         log.info("preflight: %s; %s", e, _waiting(waited_s, limit_s))
         return None
@@ -168,6 +170,15 @@ def wait_for_quiet_host(config: NightlyConfig, inputs=None, waited_s: float = 0.
         return outcome.as_dict()
     log.info("preflight: %s", busy_status(outcome, p, waited_s, limit_s))
     return None
+
+
+def _check_quiet(config: NightlyConfig, gpu_index: int | None, timeout_s: float,
+                 inputs: preflight.Inputs | None) -> preflight.PreflightOutcome:
+    """jobs.preflight's check of GPU `gpu_index` and the host at the nightly's thresholds."""
+    p = config.preflight
+    return preflight.check(window_s=p["window_s"], load_threshold=p["load_threshold"], timeout_s=timeout_s,
+                           sample_every_s=p["sample_every_s"], gpu_index=gpu_index, max_gpu_util=p["max_gpu_util"],
+                           inputs=inputs)
 
 
 def busy_status(outcome, thresholds: dict, waited_s: float, limit_s: float | None) -> str:
@@ -201,12 +212,19 @@ def staging_dir(dag_id: str, run_id: str, root: Path | None = None) -> Path:
 
 
 def run_bench_cell(cell: dict, config: NightlyConfig, staging: Path, lease_wait_s: float = gpu_lease.WAIT_S,
-                   host_inputs: host_monitor.Inputs | None = None) -> dict:
+                   host_inputs: host_monitor.Inputs | None = None,
+                   preflight_inputs: preflight.Inputs | None = None) -> dict:
     """Run one engine on one workload on a GPU it leases (waiting up to `lease_wait_s` for
-    one), the host watched meanwhile (`host_inputs`: a scripted host); stage the result with
-    the lease's record.
+    one), once that GPU and the host are quiet, the host watched meanwhile; stage the result
+    with the lease's and the preflight's records. `host_inputs`, `preflight_inputs`: a
+    scripted host for the monitor and the preflight.
+
+    The preflight waits up to preflight.DEFAULTS' timeout for a quiet window, the run's
+    other cells left out of the load; a cell that never finds one is measured anyway, and
+    its run is stored, never evidence (jobs/validity.py).
 
     A cell whose result is already staged (a retried task) is not run again."""
+    from jobs import host_monitor
     from jobs.bench import run_engine
     from jobs.host_facts import host_facts
     from jobs.store.models import utcnow
@@ -216,15 +234,21 @@ def run_bench_cell(cell: dict, config: NightlyConfig, staging: Path, lease_wait_
         log.info("%s on %s already staged at %s; not run again", cell["engine"], cell["workload"], path)
         return {**cell, "path": str(path), "wall_s": _read_staged(path)[0]["wall_s"]}
     workload = get_workload(cell["workload"])
-    with gpu_lease.lease(timeout_s=lease_wait_s) as leased:
+    # One DAG run's cells share its staging directory: its name is their group.
+    group = f"the bench cells of {Path(staging).name}"
+    siblings = functools.partial(gpu_lease.holders, group)
+    with gpu_lease.lease(timeout_s=lease_wait_s, group=group) as leased:
+        quiet = _check_quiet(config, leased.index, preflight.DEFAULTS["timeout_s"],
+                             preflight_inputs or preflight.machine(load=host_monitor.busy_cpus_outside(siblings)))
+        log.info("%s on %s, preflight on its GPU: %s (%s)", cell["engine"], workload.name, quiet.status, quiet.reason)
         started = utcnow()
         result = run_engine(workload, cell["engine"], config.model, config.backend, config.device,
-                            gpu_index=leased.index, host_inputs=host_inputs)
+                            gpu_index=leased.index, host_inputs=host_inputs, siblings=siblings)
         finished = utcnow()
     meta = {"engine": cell["engine"], "workload": workload.name, "config": result.run.config,
             "metrics": result.metrics, "wall_s": result.run.wall_s, "started_at": started.isoformat(),
             "finished_at": finished.isoformat(), "host": host_facts(), "host_during": result.host,
-            "gpu": leased.record()}
+            "gpu": leased.record(), "preflight": quiet.as_dict()}
     table = pa.Table.from_pylist(result.rows)
     table = table.replace_schema_metadata({STAGED_META_KEY: json.dumps(meta)})
     with atomic_parquet_writer(path, table.schema) as writer:
@@ -244,11 +268,10 @@ def land_bench_results(staged: list[dict], config: NightlyConfig, preflight_outc
     The run ids derive from (dag_id, run_id, workload): landing again changes nothing."""
     from jobs.bench import BenchResult, add_agreement, record
     from jobs.engines import EngineRun
-    from jobs.preflight import PreflightOutcome
 
     outcome = None
     if preflight_outcome is not None:
-        outcome = PreflightOutcome(**{k: v for k, v in preflight_outcome.items() if k != "exit_code"})
+        outcome = preflight.PreflightOutcome(**{k: v for k, v in preflight_outcome.items() if k != "exit_code"})
     by_workload: dict[str, list[tuple[dict, list[dict]]]] = {}
     for cell in staged:
         by_workload.setdefault(cell["workload"], []).append(_read_staged(Path(cell["path"])))
@@ -261,7 +284,8 @@ def land_bench_results(staged: list[dict], config: NightlyConfig, preflight_outc
                              "their figures are not comparable in one run")
         # A cell staged by code that did not watch the host has no "host_during": not monitored.
         results = [BenchResult(workload, EngineRun(m["engine"], m["config"], [], m["wall_s"]), rows, m["metrics"],
-                               host=m.get("host_during"), gpu=m.get("gpu")) for m, rows in cells]
+                               host=m.get("host_during"), gpu=m.get("gpu"), preflight=m.get("preflight"))
+                   for m, rows in cells]
         reference = next((r for r in results if r.run.engine == config.reference), None)
         if reference is not None:
             add_agreement(results, reference)

@@ -14,8 +14,11 @@ greedy picks part from HF's at near-ties); its agreement is recorded, not judged
 An engine that reports prefix-cache hits on a workload that does not declare shared
 prefixes measured a warm cache, not the workload: invalid.
 The host must have been quiet before the run, per a preflight no more lenient than its
-defaults, and while every engine was measured, per jobs/host_monitor.py: foreign CPUs
-on average at most the workload's max_foreign_cpus, no foreign process on the GPU.
+defaults (and before each engine, where each ran under a preflight of its own: a nightly's
+cells), and while every engine was measured, per jobs/host_monitor.py: foreign CPUs on
+average at most the workload's max_foreign_cpus, no foreign process on the GPU. The CPU of
+a nightly cell's siblings (the run's other cells, on other GPUs) is not foreign; it is
+recorded beside it (sibling_cpus_mean).
 Those are the host's reasons (`host_reasons`), which roadmap rows that need no quiet
 host disregard.
 """
@@ -76,25 +79,37 @@ def measurement_noise(workload: Workload, host: dict | None) -> str | None:
             f"allowed {workload.max_foreign_cpus:g}" + (f"; foreign GPU processes {pids}" if pids else "") + ")")
 
 
+def unquiet_before(outcome: dict) -> str | None:
+    """Why an engine's own preflight (PreflightOutcome.as_dict()) is no evidence of a quiet host, or None."""
+    if outcome["status"] != "quiet":
+        return f"host not quiet before its measurement (preflight {outcome['status']}: {outcome['reason']})"
+    return lenient_preflight(outcome["thresholds"])
+
+
 def run_verdict(workload: Workload, metrics_by_engine: dict[str, dict[str, dict]], preflight_status: str, *,
-                preflight_thresholds: dict | None = None, host_by_engine: dict[str, dict] | None = None) -> dict:
-    """The whole run: a quiet host before it and during each engine's measurement
+                preflight_thresholds: dict | None = None, host_by_engine: dict[str, dict] | None = None,
+                preflight_by_engine: dict[str, dict] | None = None) -> dict:
+    """The whole run: a quiet host before it, before each engine that had a preflight of its own
+    (`preflight_by_engine`: their outcomes as dicts) and during each engine's measurement
     (`host_by_engine`: host_monitor summaries), and every engine's own verdict. Stored as
-    runs.validity, the summaries with it."""
+    runs.validity, the outcomes and summaries with it."""
     engines = {engine: engine_verdict(workload, metrics, held_to_agreement=engine == OUR_ENGINE)
                for engine, metrics in metrics_by_engine.items()}
-    host_by_engine = host_by_engine or {}
+    host_by_engine, preflight_by_engine = host_by_engine or {}, preflight_by_engine or {}
     quiet = preflight_status == "quiet"
     host_reasons = [] if quiet else [f"host not known to be quiet (preflight {preflight_status})"]
     if quiet and (lenient := lenient_preflight(preflight_thresholds)):
         host_reasons.append(lenient)
+    for engine, outcome in preflight_by_engine.items():
+        if before := unquiet_before(outcome):
+            host_reasons.append(f"{engine}: {before}")
     for engine in metrics_by_engine:
         if noise := measurement_noise(workload, host_by_engine.get(engine)):
             host_reasons.append(f"{engine}: {noise}")
     reasons = host_reasons + [f"{engine}: {reason}" for engine, verdict in engines.items()
                               for reason in verdict["reasons"]]
     return {"valid": not reasons, "reasons": reasons, "quiet_host": quiet, "host_reasons": host_reasons,
-            "host": host_by_engine, "engines": engines,
+            "host": host_by_engine, "preflight": preflight_by_engine, "engines": engines,
             "rules": {"workload": workload.name, "version": workload.version,
                       "min_duration_s": workload.min_duration_s, "min_requests": workload.min_requests,
                       "min_agreement": workload.min_agreement, "max_foreign_cpus": workload.max_foreign_cpus}}

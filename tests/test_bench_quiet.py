@@ -56,14 +56,16 @@ def test_bench_records_the_preflights_thresholds_and_the_host_during_the_run(def
 
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory) -> dict[str, dict]:
-    """Ours on cpu-small run by the nightly's cell task: on a quiet, then on a busy scripted host."""
+    """Ours on cpu-small run by the nightly's cell task: on a quiet, then on a busy scripted host (quiet
+    before each cell's measurement)."""
     root = tmp_path_factory.mktemp("nightly")
     config = nightly.resolve_config({"engines": ["ours"], "workloads": ["cpu-small"]}, gpu_present=lambda: False)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ROADGATE_DATA_DIR", str(root))
         mp.setenv("ROADGATE_GPU_COUNT", "0")   # a host without GPUs: its one slot is leased
         return {name: nightly.run_bench_cell({"engine": "ours", "workload": "cpu-small"}, config, root / name,
-                                             host_inputs=steady_host(foreign_cpus))
+                                             host_inputs=steady_host(foreign_cpus),
+                                             preflight_inputs=FakeHost().inputs())
                 for name, foreign_cpus in (("quiet", 0.0), ("busy", 1.5))}
 
 

@@ -92,8 +92,10 @@ def test_the_nightly_cells_recorded_leases_are_what_the_check_reads(tiny_model, 
     from jobs import nightly
 
     simulated_gpus(2)
+    # The cell's own preflight samples the real host; a busy test machine still counts as quiet here.
     config = nightly.resolve_config({"engines": ["ours"], "workloads": ["cpu-small"], "model": str(tiny_model),
-                                     "backend": "torch"}, gpu_present=lambda: False)
+                                     "backend": "torch", "preflight": {"window_s": 0, "load_threshold": 1e9}},
+                                    gpu_present=lambda: False)
     cell = nightly.run_bench_cell({"engine": "ours", "workload": "cpu-small"}, config, tmp_path / "staging")
     nightly.land_bench_results([cell], config, None, "nightly_benchmark", "night-1")
     [lease] = dag_run_leases("nightly_benchmark", "night-1")
