@@ -1,5 +1,5 @@
 """Nightly benchmark: wait for a quiet host, run every engine on every workload (each cell on a
-GPU it leases, after a preflight of its own there), land the results. Logic lives in
+GPU it leases; on a host of several GPUs, after a preflight of its own there), land the results. Logic lives in
 jobs/nightly.py. The landing updates the results asset, which schedules
 dags/gate_evaluation.py: the gates are evaluated and the report rendered there, once.
 
@@ -56,12 +56,11 @@ def nightly_benchmark():
 
     # Reschedule mode: between pokes the sensor gives its worker slot back. A poke samples
     # one quiet window (30 s by default), so it holds a slot only that long.
-    # Kept beside the cells' own preflights as the gate that decides when the nightly starts:
-    # that keeps a one-GPU host's nightly as strict as it was. There the cells run one at a
-    # time, none beside another to leave out, and the run still waits here, holding no slot or
-    # GPU, for up to 6 h and fails unmeasured if the host never quiets; each cell's check comes
-    # on top. Without it the cells would wait inside their tasks, holding the only GPU, and
-    # measure a host that never quieted anyway.
+    # The gate that decides when the nightly starts, beside the cells' own preflights on a host
+    # of several GPUs: it keeps a one-GPU host's nightly as strict as it was. There the cells
+    # run one at a time inside the window found here, each watched while measured; the run
+    # waits here, holding no slot or GPU, for up to 6 h and fails unmeasured if the host never
+    # quiets. Without it the cells would wait inside their tasks, holding the GPU.
     @task.sensor(mode="reschedule", poke_interval=120, timeout=PREFLIGHT_TIMEOUT_S, queue=GPU_QUEUE)
     def preflight(config: dict, dag_run=None) -> PokeReturnValue:
         import pendulum

@@ -6,8 +6,8 @@
 The landing updates the results asset; dags/gate_evaluation.py, scheduled on it, calls
 evaluate_gates_now -> publish_report.
 
-Each cell runs one engine on one workload on a GPU it leases, after a preflight of its
-own on that GPU, and stages its result (per-request rows and summary metrics, one Parquet
+Each cell runs one engine on one workload on a GPU it leases (on a host of several GPUs,
+after a preflight of its own on that GPU), and stages its result (per-request rows and summary metrics, one Parquet
 file, its lease and preflight with them) under the DAG run's staging directory. The cells
 of one DAG run lease as one group (jobs.gpu_lease.holders): on a host of several GPUs they
 run side by side by design, so each leaves the others' CPU out of its preflight's load and
@@ -215,9 +215,9 @@ def run_bench_cell(cell: dict, config: NightlyConfig, staging: Path, lease_wait_
                    host_inputs: host_monitor.Inputs | None = None,
                    preflight_inputs: preflight.Inputs | None = None) -> dict:
     """Run one engine on one workload on a GPU it leases (waiting up to `lease_wait_s` for
-    one), once that GPU and the host are quiet, the host watched meanwhile; stage the result
-    with the lease's and the preflight's records. `host_inputs`, `preflight_inputs`: a
-    scripted host for the monitor and the preflight.
+    one), on a host of several GPUs once that GPU and the host are quiet, the host watched
+    meanwhile; stage the result with the lease's and the preflight's records. `host_inputs`,
+    `preflight_inputs`: a scripted host for the monitor and the preflight.
 
     The preflight waits up to preflight.DEFAULTS' timeout for a quiet window, the run's
     other cells left out of the load; a cell that never finds one is measured anyway, and
@@ -238,9 +238,15 @@ def run_bench_cell(cell: dict, config: NightlyConfig, staging: Path, lease_wait_
     group = f"the bench cells of {Path(staging).name}"
     siblings = functools.partial(gpu_lease.holders, group)
     with gpu_lease.lease(timeout_s=lease_wait_s, group=group) as leased:
-        quiet = _check_quiet(config, leased.index, preflight.DEFAULTS["timeout_s"],
-                             preflight_inputs or preflight.machine(load=host_monitor.busy_cpus_outside(siblings)))
-        log.info("%s on %s, preflight on its GPU: %s (%s)", cell["engine"], workload.name, quiet.status, quiet.reason)
+        # Cells run side by side only on a host of several GPUs. On one, they run one after
+        # another inside the quiet window the run's sensor found, each watched while measured,
+        # and a preflight each (30 s or more) would only lengthen the run.
+        quiet = None
+        if gpu_lease.device_count() > 1:
+            quiet = _check_quiet(config, leased.index, preflight.DEFAULTS["timeout_s"],
+                                 preflight_inputs or preflight.machine(load=host_monitor.busy_cpus_outside(siblings)))
+            log.info("%s on %s, preflight on its GPU: %s (%s)", cell["engine"], workload.name, quiet.status,
+                     quiet.reason)
         started = utcnow()
         result = run_engine(workload, cell["engine"], config.model, config.backend, config.device,
                             gpu_index=leased.index, host_inputs=host_inputs, siblings=siblings)
@@ -248,7 +254,7 @@ def run_bench_cell(cell: dict, config: NightlyConfig, staging: Path, lease_wait_
     meta = {"engine": cell["engine"], "workload": workload.name, "config": result.run.config,
             "metrics": result.metrics, "wall_s": result.run.wall_s, "started_at": started.isoformat(),
             "finished_at": finished.isoformat(), "host": host_facts(), "host_during": result.host,
-            "gpu": leased.record(), "preflight": quiet.as_dict()}
+            "gpu": leased.record(), "preflight": quiet.as_dict() if quiet else None}
     table = pa.Table.from_pylist(result.rows)
     table = table.replace_schema_metadata({STAGED_META_KEY: json.dumps(meta)})
     with atomic_parquet_writer(path, table.schema) as writer:
