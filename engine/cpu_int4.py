@@ -21,12 +21,12 @@ import logging
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import torch
 
 from engine import cpu_features
+from engine.build_cache import build_once, cache_dir
 
 SOURCE = Path(__file__).with_name("cpu_int4.c")
 # Each function names its instruction set in the source: the library loads on any x86-64.
@@ -42,21 +42,12 @@ def _compiler() -> str | None:
 def _build(compiler: str) -> Path:
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256("\0".join([version, *FLAGS]).encode() + SOURCE.read_bytes()).hexdigest()[:16]
-    cache = Path(os.environ.get("ROADGATE_CACHE", Path.home() / ".cache" / "roadgate"))
-    cache.mkdir(parents=True, exist_ok=True)
-    lib = cache / f"cpu_int4-{key}.so"
-    if not lib.exists():
-        fd, tmp = tempfile.mkstemp(dir=cache, suffix=".so")
-        os.close(fd)
-        try:
-            res = subprocess.run([compiler, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True)
-            if res.returncode != 0:
-                raise RuntimeError(f"{compiler} failed on {SOURCE.name}: {res.stderr.strip()}")
-            os.replace(tmp, lib)   # atomic: a concurrent builder never loads half a file
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    return lib
+
+    def compile_to(out: Path) -> None:
+        res = subprocess.run([compiler, *FLAGS, "-o", str(out), str(SOURCE)], capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError(f"{compiler} failed on {SOURCE.name}: {res.stderr.strip()}")
+    return build_once(cache_dir() / f"cpu_int4-{key}.so", compile_to)
 
 
 @functools.lru_cache(maxsize=1)

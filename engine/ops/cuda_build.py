@@ -17,9 +17,10 @@ import importlib.util
 import os
 import shutil
 import subprocess
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from engine.build_cache import build_once, cache_dir
 
 def _sources() -> Path:
     """The cuda_src package: the copy an installed wheel carries, or a checkout's folder (an
@@ -47,36 +48,19 @@ def compile_source(src: Path, arch: str, out: Path) -> None:
         raise RuntimeError(f"nvcc failed on {src.name} ({' '.join(cmd)}):\n{res.stderr.strip()}")
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("ROADGATE_CACHE", Path.home() / ".cache" / "roadgate"))
-
-
 def build_all(arch: str) -> dict[str, Path]:
     """Cubin path per source stem, compiling only what the cache lacks."""
     version = subprocess.run([nvcc_path(), "--version"], capture_output=True, text=True).stdout
     headers = b"".join(p.read_bytes() for p in sorted(SRC_DIR.glob("*.cuh")))
-    cache = _cache_dir()
-    cache.mkdir(parents=True, exist_ok=True)
+    cache = cache_dir()
     wanted = {}
     for src in sorted(SRC_DIR.glob("*.cu")):
         key = hashlib.sha256("\0".join([version, arch, *FLAGS]).encode() + headers + src.read_bytes()).hexdigest()
         wanted[src] = cache / f"{src.stem}-{arch}-{key[:16]}.cubin"
 
-    def make(item):
-        src, dst = item
-        if dst.exists():
-            return
-        fd, tmp = tempfile.mkstemp(dir=cache, suffix=".cubin")
-        os.close(fd)
-        try:
-            compile_source(src, arch, Path(tmp))
-            os.replace(tmp, dst)  # atomic: concurrent builders never see half a file
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-
     with ThreadPoolExecutor(max_workers=min(8, len(wanted) or 1)) as pool:
-        list(pool.map(make, wanted.items()))
+        list(pool.map(lambda item: build_once(item[1], lambda out: compile_source(item[0], arch, out)),
+                      wanted.items()))
     return {src.stem: dst for src, dst in wanted.items()}
 
 
