@@ -44,19 +44,19 @@ def main() -> None:
     blocks_per_row = math.ceil((ctx + 1) / bs)
     llm = LLM(args.model, backend="cuda", max_num_seqs=B,
               kv_cache_tokens=args.layouts * B * blocks_per_row * bs)
-    graphs = llm.runner.graphs
+    graphs, inputs = llm.runner.graphs, llm.runner.inputs.views
     bucket = graphs.bucket_for(B)
     g = graphs.graph(bucket, greedy=True)
     layouts = torch.randperm(llm.block_manager.num_blocks, dtype=torch.int32, device="cuda")
     layouts = layouts[:args.layouts * B * blocks_per_row].view(args.layouts, B, blocks_per_row)
-    graphs.seq_lens[:B] = ctx + 1                      # ctx cached tokens plus the new one
-    graphs.positions[:B] = ctx
-    graphs.token_ids[:B] = torch.randint(0, llm.model_config.vocab_size, (B,), device="cuda")
+    inputs["seq_lens"][:B] = ctx + 1                      # ctx cached tokens plus the new one
+    inputs["positions"][:B] = ctx
+    inputs["token_ids"][:B] = torch.randint(0, llm.model_config.vocab_size, (B,), device="cuda")
 
     def run(i: int) -> None:
         table = layouts[i % args.layouts]
-        graphs.block_tables[:B, :blocks_per_row] = table
-        graphs.slots[:B] = table[:, ctx // bs].long() * bs + ctx % bs
+        inputs["block_tables"][:B, :blocks_per_row] = table
+        inputs["slots"][:B] = table[:, ctx // bs].long() * bs + ctx % bs
         g.replay()
 
     for i in range(20):

@@ -9,7 +9,7 @@ from typing import Iterable, Iterator, NamedTuple, Sequence as Seq, Union
 import numpy as np
 import torch
 
-from engine import quantized
+from engine import prefill_graphs, quantized
 from engine.cpu_features import native_bf16
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
@@ -106,11 +106,8 @@ class LLM:
                                     device=self.device, dtype=self.dtype)
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager, StopChecker(self.tokenizer))
-        graphs = None
-        if self.model.ops.supports_graphs and not config.enforce_eager:
-            from engine.cuda_graphs import DecodeGraphs
-            graphs = DecodeGraphs(config, self.model, self.kv_cache, self.device)
-        self.runner = ModelRunner(config, self.model, self.kv_cache, self.device, graphs)
+        self.runner = ModelRunner(config, self.model, self.kv_cache, self.device,
+                                  capture_graphs=self._captures_graphs(config))
         self._next_request_id = 0
         self._in_flight = None     # the launched step whose tokens the host has not read yet
         # Host seconds per phase of step(); read_and_finish includes waiting for the GPU
@@ -131,6 +128,9 @@ class LLM:
         c = self.model_config
         return c.num_layers * 2 * c.num_kv_heads * c.head_dim * torch.finfo(self.dtype).bits // 8
 
+    def _captures_graphs(self, config: EngineConfig) -> bool:
+        return self.model.ops.supports_graphs and not config.enforce_eager
+
     def _num_kv_blocks(self, config: EngineConfig) -> int:
         if config.kv_cache_tokens is not None:
             tokens = config.kv_cache_tokens
@@ -142,7 +142,8 @@ class LLM:
             activations = config.max_num_batched_tokens * (2 * c.intermediate_size + c.q_size + 2 * c.kv_size
                                                            + 4 * c.hidden_size) * elem * 2
             logits = config.max_num_seqs * c.vocab_size * 4 * 3
-            budget = total * config.gpu_memory_utilization - (total - free) - activations - logits
+            graphs = prefill_graphs.held_bytes(config, c, elem) if self._captures_graphs(config) else 0
+            budget = total * config.gpu_memory_utilization - (total - free) - activations - logits - graphs
             tokens = int(budget // self._kv_bytes_per_token())
         else:
             tokens = DEFAULT_CPU_KV_TOKENS

@@ -7,6 +7,7 @@ projections are fused into one GEMM each.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -36,6 +37,15 @@ def _llama3_scaled(inv_freq: torch.Tensor, s: dict) -> torch.Tensor:
     scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
     medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
     return torch.where(medium, smoothed, scaled)
+
+
+@dataclass
+class Carry:
+    """What one piece of the forward pass (LlamaModel.piece) hands the next: a layer's
+    rotated queries, the residual stream, and the buffer its attention writes into."""
+    q: torch.Tensor            # [T, nh, d]
+    residual: torch.Tensor     # [T, H] float32
+    attn: torch.Tensor         # [T, nh, d]
 
 
 class LlamaModel:
@@ -124,6 +134,33 @@ class LlamaModel:
             h, residual = ops.mlp_block(h, residual, layer, step)
         out, _ = ops.rms_norm(h, self.norm, self.shape.rms_norm_eps, residual)
         return out
+
+    # The forward pass cut at attention, for CUDA graphs of steps with prefill
+    # (engine.prefill_graphs): attention is the one op whose launch the host sizes from the
+    # step's lengths (the prefill kernel's tiles), so it runs between captured pieces. The
+    # pieces run the ops `forward` runs for a prefill, in the same order.
+
+    def piece(self, i: int, carry: Carry | None, token_ids: torch.Tensor, step: Step,
+              kv_cache: torch.Tensor, attn: torch.Tensor) -> Carry | torch.Tensor:
+        """Piece i of num_layers + 1: piece 0 embeds the tokens, piece i > 0 finishes layer
+        i - 1 (output projection and MLP) from `carry`; then layer i's attention inputs (its
+        Carry, whose attention will write into `attn` [T, nh, d]), or, after the last layer,
+        the final norm (hidden states [T, H])."""
+        ops = self.ops
+        if i == 0:
+            h, residual = ops.embed(token_ids, self.embed), None
+        else:
+            layer = self.layers[i - 1]
+            h = ops.linear(carry.attn.flatten(1), layer.o)
+            h, residual = ops.mlp_block(h, carry.residual, layer, step)
+        if i == len(self.layers):
+            return ops.rms_norm(h, self.norm, self.shape.rms_norm_eps, residual)[0]
+        q, residual = ops.attention_inputs(h, residual, self.layers[i], (kv_cache[i, 0], kv_cache[i, 1]), step)
+        return Carry(q, residual, attn)
+
+    def attend(self, i: int, q: torch.Tensor, attn: torch.Tensor, step: Step, kv_cache: torch.Tensor) -> None:
+        """Layer i's attention of queries q (piece i's), between pieces i and i + 1: into attn."""
+        self.ops.attention(q, (kv_cache[i, 0], kv_cache[i, 1]), step, out=attn)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.ops.logits(hidden, self.lm_head)

@@ -8,10 +8,13 @@ read yet is taken straight from the previous step's device output (a row index
 map, so compaction of the batch is replayed on the device in stream order).
 Per-request state lives in the persistent batch (engine.input_batch), edited in
 place from the scheduler's diffs; the runner never sees the scheduler's
-requests. Decode-only steps replay a CUDA graph when the backend can be captured.
+requests. When the backend can be captured, decode-only steps replay a CUDA graph
+(engine.cuda_graphs) and steps with prefill replay piecewise ones (engine.prefill_graphs);
+every step's inputs then land, in one copy, in the buffer the graphs read (StaticInputs).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,11 +26,8 @@ from engine.model import LlamaModel
 from engine.ops import AttentionMetadata, SamplingTensors
 from engine.sampling_params import SamplingParams
 from engine.scheduler import NewRequest, SchedulerOutput
+from engine.step_upload import StaticInputs, upload
 from engine.sync import HostSyncCounter
-
-
-_TORCH_DTYPES = {np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32,
-                 np.dtype(np.float32): torch.float32}
 
 
 @dataclass
@@ -69,9 +69,24 @@ class StepLayout:
                    np.flatnonzero(out.samples))
 
 
+def static_inputs(config: EngineConfig, device: torch.device) -> StaticInputs:
+    """Slots for every array of a step (StepInputs and the sampling arrays), sized for the
+    largest: the budget's tokens, max_num_seqs rows of block tables max_model_len wide."""
+    tokens, rows = max(config.max_num_batched_tokens, config.max_num_seqs), config.max_num_seqs
+    width = math.ceil(config.max_model_len / config.block_size)
+    i64, i32, f32 = np.int64, np.int32, np.float32
+    return StaticInputs({"token_ids": (i64, (tokens,)), "source_rows": (i64, (tokens,)),
+                         "positions": (i64, (tokens,)), "slots": (i64, (tokens,)),
+                         "query_start": (i32, (rows + 1,)), "seq_lens": (i32, (rows,)), "sample_rows": (i64, (rows,)),
+                         "temperature": (f32, (rows,)), "top_k": (i32, (rows,)), "top_p": (f32, (rows,)),
+                         "seeds": (i64, (rows,)), "counters": (i64, (rows,)),
+                         "block_tables": (i32, (rows, width))},    # last: an upload copies only the rows used
+                        device)
+
+
 class ModelRunner:
     def __init__(self, config: EngineConfig, model: LlamaModel, kv_cache: torch.Tensor, device: torch.device,
-                 graphs=None):
+                 capture_graphs: bool = False):
         self.syncs = HostSyncCounter()
         self.model = model
         self.kv_cache = kv_cache
@@ -79,7 +94,15 @@ class ModelRunner:
         self.device = device
         self.max_model_len = config.max_model_len
         self.input_batch = InputBatch(config.max_num_seqs, config.max_model_len, config.block_size)
-        self.graphs = graphs            # engine.cuda_graphs.DecodeGraphs, or None (eager only)
+        # With graphs: the buffer they read, engine.cuda_graphs.DecodeGraphs and
+        # engine.prefill_graphs.PrefillGraphs; without, None (eager only).
+        self.inputs = self.graphs = self.prefill_graphs = None
+        if capture_graphs:
+            from engine.cuda_graphs import DecodeGraphs
+            from engine.prefill_graphs import PrefillGraphs
+            self.inputs = static_inputs(config, device)
+            self.graphs = DecodeGraphs(config, model, kv_cache, self.inputs)
+            self.prefill_graphs = PrefillGraphs(config, model, kv_cache, self.inputs)
 
     # ------------------------------------------------------------ the step
 
@@ -95,17 +118,19 @@ class ModelRunner:
             return None
         decode_only = len(step.sampled) == n and bool((step.query_lens == 1).all())
         bucket = self.graphs.bucket_for(n) if self.graphs and decode_only else None
-        inputs = self._step_inputs(batch, step, pad_to=bucket)
+        prefill_bucket = (self.prefill_graphs.bucket_for(int(step.query_lens.sum()))
+                          if self.prefill_graphs and not decode_only else None)
+        inputs = self._step_inputs(batch, step, pad_to=bucket, pad_tokens_to=prefill_bucket)
         params = self._sampling_arrays(batch, step, pad_to=bucket)
         dev = self._upload({**vars(inputs), **params})
         sampling = SamplingTensors(dev["temperature"], dev["top_k"], dev["top_p"], dev["seeds"], dev["counters"],
                                    all_greedy=not params["temperature"].any(),
                                    any_filter=bool((params["top_k"] > 0).any() or (params["top_p"] < 1).any()))
         if bucket is not None:
-            tokens = self.graphs.replay(bucket, self._token_ids(inputs, dev, previous), dev["positions"],
-                                        self._metadata(inputs, dev), sampling)
+            self._token_ids(inputs, dev, previous)
+            tokens = self.graphs.replay(bucket, sampling.all_greedy)
         else:
-            logits = self._logits(inputs, dev, previous)
+            logits = self._logits(inputs, dev, previous, prefill_bucket)
             tokens = self.model.ops.sample(logits, sampling) if len(step.sampled) else None
         sampled_rows = step.rows[step.sampled]
         batch.mark_sampled(sampled_rows)
@@ -134,20 +159,26 @@ class ModelRunner:
                               request_ids=[-1], num_scheduled_tokens=[len(token_ids)], num_computed_tokens=[0],
                               samples=[True])
         inputs = self._step_inputs(batch, StepLayout.of(batch.apply(out), out))
-        return self._logits(inputs, self._upload(vars(inputs)), None)
+        return self._logits(inputs, upload(vars(inputs), self.device), None)
 
     # ------------------------------------------------------------ inputs
 
-    def _logits(self, inputs: StepInputs, dev: dict, previous: LaunchedStep | None) -> torch.Tensor:
-        hidden = self.model.forward(self._token_ids(inputs, dev, previous), dev["positions"],
-                                    self._metadata(inputs, dev), self.kv_cache)
+    def _logits(self, inputs: StepInputs, dev: dict, previous: LaunchedStep | None,
+                prefill_bucket: int | None = None) -> torch.Tensor:
+        token_ids, meta = self._token_ids(inputs, dev, previous), self._metadata(inputs, dev)
+        if prefill_bucket is not None:
+            hidden = self.prefill_graphs.run(prefill_bucket, meta)
+        else:
+            hidden = self.model.forward(token_ids, dev["positions"], meta, self.kv_cache)
         return self.model.logits(hidden[dev["sample_rows"]])
 
     @staticmethod
-    def _step_inputs(batch: InputBatch, step: StepLayout, pad_to: int | None = None) -> StepInputs:
+    def _step_inputs(batch: InputBatch, step: StepLayout, pad_to: int | None = None,
+                     pad_tokens_to: int | None = None) -> StepInputs:
         """The step's inputs over the persistent batch's rows, vectorized. Padding rows
-        of a graph bucket: token 0, position 0, no cache slot (-1), a one-token query
-        and context."""
+        of a decode graph's bucket (`pad_to` rows): token 0, position 0, no cache slot (-1),
+        a one-token query and context. Padding tokens of a prefill graph's bucket
+        (`pad_tokens_to` tokens, no rows): token 0, position 0, no cache slot."""
         n, bs = len(step.rows), batch.block_size
         padded_rows = pad_to or n
         query_lens = np.ones(padded_rows, np.int32)
@@ -157,7 +188,8 @@ class ModelRunner:
         seq_lens = np.ones(padded_rows, np.int32)
         seq_lens[:n] = step.start + step.query_lens
 
-        num_tokens, num_real = int(query_start[-1]), int(query_start[n])
+        num_real = int(query_start[n])
+        num_tokens = max(int(query_start[-1]), pad_tokens_to or 0)
         # Per token (a prefill step has thousands): its request's values repeated, and `take`s
         # at flat indices of the batch's 2-D arrays, cheaper than gathers by (row, column).
         pos = np.repeat(step.start - query_start[:n], step.query_lens) + np.arange(num_real)
@@ -188,11 +220,12 @@ class ModelRunner:
                           sample_rows)
 
     def _token_ids(self, inputs: StepInputs, dev: dict, previous: LaunchedStep | None) -> torch.Tensor:
-        if not (inputs.source_rows >= 0).any():
-            return dev["token_ids"]
-        # Pending tokens come from the previous step's output, still on the device.
-        source = dev["source_rows"]
-        return torch.where(source >= 0, previous.tokens[source.clamp_min(0)], dev["token_ids"])
+        """The step's token ids, in place in dev["token_ids"] (where graphs read them)."""
+        if (inputs.source_rows >= 0).any():
+            # Pending tokens come from the previous step's output, still on the device.
+            source, token_ids = dev["source_rows"], dev["token_ids"]
+            torch.where(source >= 0, previous.tokens[source.clamp_min(0)], token_ids, out=token_ids)
+        return dev["token_ids"]
 
     def _metadata(self, inputs: StepInputs, dev: dict) -> AttentionMetadata:
         query_lens = np.diff(inputs.query_start)
@@ -217,27 +250,9 @@ class ModelRunner:
                 "counters": padded(counters, 0)}
 
     def _upload(self, arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-        """All of a step's host arrays to the device in one copy: packed at 16-byte
-        offsets into one pinned buffer (pinned: the copy is asynchronous), then viewed
-        back as typed tensors on the device."""
-        offsets, total = {}, 0
-        for name, a in arrays.items():
-            offsets[name] = total
-            total += -(-a.nbytes // 16) * 16
-        staging = torch.empty(max(total, 16), dtype=torch.uint8, pin_memory=self.device.type == "cuda")
-        packed = staging.numpy()
-        for name, a in arrays.items():
-            packed[offsets[name]:offsets[name] + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-        on_device = staging.to(self.device, non_blocking=True)
-        # Each array a slice of one typed view of the buffer per dtype (every torch op costs
-        # microseconds of host time; a step has a dozen arrays), reshaped only if 2-D.
-        typed = {dtype: on_device.view(_TORCH_DTYPES[dtype]) for dtype in {a.dtype for a in arrays.values()}}
-        views = {}
-        for name, a in arrays.items():
-            start = offsets[name] // a.itemsize
-            view = typed[a.dtype][start:start + a.size]
-            views[name] = view.view(a.shape) if a.ndim > 1 else view
-        return views
+        """The step's arrays on the device in one copy: into the graphs' buffer where there
+        are graphs, else into a buffer of their own."""
+        return self.inputs.upload(arrays) if self.inputs is not None else upload(arrays, self.device)
 
     def _copy_out(self, request_ids: list[int], rows: np.ndarray, num_removals: int, positions: np.ndarray,
                   tokens: torch.Tensor) -> LaunchedStep:

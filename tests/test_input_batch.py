@@ -11,7 +11,8 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.detokenizer import StopChecker
 from engine.input_batch import InputBatch
-from engine.model_runner import ModelRunner, StepInputs, StepLayout
+from engine.model_runner import ModelRunner, StepInputs, StepLayout, static_inputs
+from engine.ops import AttentionMetadata, SamplingTensors
 from engine.sampling_params import SamplingParams
 from engine.scheduler import NewRequest, Scheduler, SchedulerOutput
 from engine.sequence import Sequence
@@ -246,7 +247,8 @@ def test_inputs_equal_the_per_sequence_builder_on_mixed_steps(pad_to):
 
 class EagerBuckets:
     """Stands in for engine.cuda_graphs.DecodeGraphs on the CPU: decode-only steps get
-    the same bucket-padded inputs, run eagerly, and return one token per bucket row."""
+    the same bucket-padded inputs in the runner's static buffer, run eagerly on views of
+    it as a graph would, and return one token per bucket row."""
 
     def __init__(self, llm, buckets):
         self.llm, self.buckets, self.replays = llm, buckets, []
@@ -254,11 +256,19 @@ class EagerBuckets:
     def bucket_for(self, batch_size):
         return next((b for b in self.buckets if b >= batch_size), None)
 
-    def replay(self, bucket, token_ids, positions, meta, sampling):
-        assert token_ids.shape[0] == meta.block_tables.shape[0] == sampling.temperature.shape[0] == bucket
+    def replay(self, bucket, greedy):
         self.replays.append(bucket)
-        model = self.llm.model
-        hidden = model.forward(token_ids, positions, meta, self.llm.kv_cache)
+        v, model = self.llm.runner.inputs.views, self.llm.model
+        query_start, seq_lens = v["query_start"][:bucket + 1], v["seq_lens"][:bucket]
+        assert query_start.tolist() == list(range(bucket + 1))
+        meta = AttentionMetadata(query_start_loc=query_start, seq_lens=seq_lens, block_tables=v["block_tables"][:bucket],
+                                 slot_mapping=v["slots"][:bucket], max_query_len=1,
+                                 max_seq_len=int(seq_lens.max()),
+                                 plan=model.ops.plan_step(np.ones(bucket, np.int64), seq_lens.numpy()))
+        hidden = model.forward(v["token_ids"][:bucket], v["positions"][:bucket], meta, self.llm.kv_cache)
+        sampling = SamplingTensors(v["temperature"][:bucket], v["top_k"][:bucket], v["top_p"][:bucket],
+                                   v["seeds"][:bucket], v["counters"][:bucket], all_greedy=greedy,
+                                   any_filter=not greedy)
         return model.ops.sample(model.logits(hidden), sampling)
 
 
@@ -270,6 +280,7 @@ def test_bucket_padded_decode_steps_give_the_tokens_of_sequences_run_alone():
               for i in range(5)]
     llm = LLM(MODEL, backend="torch", dtype="float32", kv_cache_tokens=2048, max_num_seqs=8)
     alone = [llm.generate([p], q)[0].token_ids for p, q in zip(prompts, params)]
+    llm.runner.inputs = static_inputs(llm.config, llm.device)
     llm.runner.graphs = EagerBuckets(llm, buckets=(2, 4, 8))
     together = [o.token_ids for o in llm.generate(prompts, params)]
     # Sequences finish one by one, so the batch is condensed under tokens still on the "device".

@@ -103,8 +103,11 @@ class Ops(Protocol):
         """Rotate q [T, nh, d] and k [T, nkv, d] in place (half-split RoPE at the step's
         positions), and write k and v into the cache at the step's slot_mapping."""
 
-    def attention(self, q: torch.Tensor, kv_cache: torch.Tensor, step: Step) -> torch.Tensor:
-        """Causal attention of each sequence's new queries over its cached context -> [T, nh, d]."""
+    def attention(self, q: torch.Tensor, kv_cache: torch.Tensor, step: Step,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+        """Causal attention of each sequence's new queries over its cached context -> [T, nh, d],
+        into `out` (contiguous, q's shape and dtype) where given. Rows of q past the step's
+        packed queries (padding) are left as `out` had them."""
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         """[T, 2I] (gate | up) -> silu(gate) * up, [T, I]."""

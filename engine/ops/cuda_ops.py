@@ -238,10 +238,10 @@ class CudaOps(Ops):
         attn = self._attention(q, *kv_cache, meta, s.scale, rope)
         return self.linear(attn.flatten(1), layer.o), residual
 
-    def attention(self, q, kv_cache, step):
-        return self._attention(q, *kv_cache, step.meta, step.shape.scale)
+    def attention(self, q, kv_cache, step, out=None):
+        return self._attention(q, *kv_cache, step.meta, step.shape.scale, out=out)
 
-    def _attention(self, q, k_cache, v_cache, meta, scale, rope=None):
+    def _attention(self, q, k_cache, v_cache, meta, scale, rope=None, out=None):
         """attention(); with rope = (positions, cos_sin, slot_mapping), decode only: q is
         the q part of the packed, unrotated q|k|v rows, and the kernel rotates q and k
         and writes k, v into the cache first."""
@@ -249,7 +249,10 @@ class CudaOps(Ops):
         nkv, bs = k_cache.shape[2], k_cache.shape[1]
         if rope is None and (q.stride(2) != 1 or q.stride(1) != d):
             q = q.contiguous()
-        out = torch.empty((T, nh, d), dtype=q.dtype, device=q.device)
+        if out is None:
+            out = torch.empty((T, nh, d), dtype=q.dtype, device=q.device)
+        elif out.shape != (T, nh, d) or out.dtype != q.dtype or not out.is_contiguous():
+            raise ValueError(f"attention's out must be a contiguous {q.dtype} [{T}, {nh}, {d}] tensor")
         B = meta.seq_lens.shape[0]
         if T == 0 or B == 0:
             return out

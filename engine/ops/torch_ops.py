@@ -129,10 +129,10 @@ class TorchOps(Ops):
         k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, k)
         v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, v)
 
-    def attention(self, q, kv_cache, step: Step):
+    def attention(self, q, kv_cache, step: Step, out=None):
         k_cache, v_cache = kv_cache
         meta, scale = step.meta, step.shape.scale
-        out = torch.empty_like(q)
+        out = torch.empty_like(q) if out is None else out
         block_size = k_cache.shape[1]
         plan: StepPlan = meta.plan
         offsets = plan.offsets

@@ -1,0 +1,89 @@
+"""Piecewise CUDA graphs of the steps with prefill, one set per padded token count.
+
+A prefill step is ~8 launches a layer, and on the H200 the host took longer to launch
+them (7-9 ms for 30 layers) than the GPU to run them: a 4,000-token prompt waited on
+the host. Replaying the step as graphs takes those launches off the host, except
+attention's: the prefill kernel's grid is sized on the host from the step's lengths,
+so it runs eagerly between the pieces (LlamaModel.piece), as vLLM's piecewise graphs
+leave attention out. A step's tokens are padded to the bucket (token 0 at position 0,
+no cache slot: the padding writes nothing, and attention reads only the step's own
+queries); its sequences and their lengths are free.
+
+Memory: the pieces of all buckets share one pool, captured largest first, and
+attention writes into one buffer for all of them. Of a piece's outputs only its
+queries are kept (attention reads them); the rest go back to the pool once the next
+piece is captured, for later pieces to reuse: safe, because a step replays one
+bucket's pieces in the order they were captured. What stays held is `held_bytes`.
+"""
+from __future__ import annotations
+
+import torch
+
+from engine.config import EngineConfig
+from engine.cuda_graphs import capture
+from engine.model import Carry, LlamaModel
+from engine.ops import AttentionMetadata, Step
+from engine.step_upload import StaticInputs
+
+_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
+
+
+def token_buckets(max_num_batched_tokens: int) -> list[int]:
+    return sorted({b for b in _BUCKETS if b < max_num_batched_tokens} | {max_num_batched_tokens})
+
+
+def held_bytes(config: EngineConfig, model_config, element_size: int) -> int:
+    """GPU memory the graphs keep: every piece's q|k|v projection (its queries are a view
+    of it) at every bucket; the engine leaves it out of the KV cache."""
+    c = model_config
+    return sum(token_buckets(config.max_num_batched_tokens)) * c.num_layers * (c.q_size + 2 * c.kv_size) * element_size
+
+
+class PrefillGraphs:
+    def __init__(self, config: EngineConfig, model: LlamaModel, kv_cache: torch.Tensor, inputs: StaticInputs):
+        self.model, self.kv_cache, self.inputs = model, kv_cache, inputs.views
+        self.buckets = token_buckets(config.max_num_batched_tokens)
+        self.side_stream = model.ops.new_stream()
+        self.inputs["slots"].fill_(-1)            # the warm-up runs write nothing to the cache
+        s = model.shape
+        self.attn = torch.empty((self.buckets[-1], s.num_heads, s.head_dim), dtype=kv_cache.dtype,
+                                device=kv_cache.device)
+        pool = torch.cuda.graph_pool_handle()
+        # Per bucket: each piece's graph and the queries it leaves for attention or, the
+        # last one, the step's hidden states.
+        self._pieces: dict[int, list[tuple[torch.cuda.CUDAGraph, torch.Tensor]]] = {}
+        for bucket in reversed(self.buckets):
+            self._pieces[bucket] = self._capture(bucket, pool)
+
+    def bucket_for(self, num_tokens: int) -> int | None:
+        """The smallest bucket that holds the step's tokens; None if none does."""
+        return next((b for b in self.buckets if b >= num_tokens), None)
+
+    def run(self, bucket: int, meta: AttentionMetadata) -> torch.Tensor:
+        """The step uploaded into the static inputs (token arrays padded to `bucket`), with
+        its attention metadata: final hidden states [bucket, H], the padding rows garbage."""
+        model, v = self.model, self.inputs
+        step = Step(model.shape, v["positions"][:bucket], model.cos_sin, meta)
+        pieces, attn = self._pieces[bucket], self.attn[:bucket]
+        for i, (graph, q) in enumerate(pieces[:-1]):
+            graph.replay()
+            model.attend(i, q, attn, step, self.kv_cache)
+        graph, hidden = pieces[-1]
+        graph.replay()
+        return hidden
+
+    def _capture(self, bucket: int, pool) -> list[tuple[torch.cuda.CUDAGraph, torch.Tensor]]:
+        model, v = self.model, self.inputs
+        # The pieces read only the positions and cache slots of the step (RoPE, the cache
+        # write); attention, which reads the rest, runs outside them.
+        meta = AttentionMetadata(query_start_loc=v["query_start"][:2], seq_lens=v["seq_lens"][:1],
+                                 block_tables=v["block_tables"][:1], slot_mapping=v["slots"][:bucket],
+                                 max_query_len=bucket, max_seq_len=bucket)
+        step = Step(model.shape, v["positions"][:bucket], model.cos_sin, meta)
+        token_ids, attn = v["token_ids"][:bucket], self.attn[:bucket]
+        pieces, carry = [], None
+        for i in range(len(model.layers) + 1):
+            graph, carry = capture(lambda i=i, c=carry: model.piece(i, c, token_ids, step, self.kv_cache, attn),
+                                   pool, self.side_stream)
+            pieces.append((graph, carry.q if isinstance(carry, Carry) else carry))
+        return pieces

@@ -1,0 +1,101 @@
+"""A step's host arrays to the device in one copy.
+
+The arrays are packed at 16-byte aligned offsets of one pinned host buffer (pinned: the
+copy is asynchronous), copied in one transfer, and viewed back as typed tensors on the
+device. `upload` lays out a fresh buffer for each step. `StaticInputs` keeps one device
+buffer at fixed offsets, each array's slot sized for the largest step: CUDA graphs are
+captured on views of it, so a replayed step's inputs arrive with its one upload and are
+not copied again on the device (a copy per input was most of a decode step's copies).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+_ALIGN = 16
+_TORCH_DTYPES = {np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32,
+                 np.dtype(np.float32): torch.float32}
+
+
+class Layout:
+    """Where each named array lies in one byte buffer: a slot of a dtype and a (largest) shape."""
+
+    def __init__(self, slots: dict[str, tuple[np.dtype, tuple[int, ...]]]):
+        self.dtypes = {name: np.dtype(dtype) for name, (dtype, _) in slots.items()}
+        self.shapes = {name: tuple(shape) for name, (_, shape) in slots.items()}
+        self.offsets, total = {}, 0
+        for name in slots:
+            self.offsets[name] = total
+            total += -(-self.slot_nbytes(name) // _ALIGN) * _ALIGN
+        self.nbytes = max(total, _ALIGN)
+
+    def slot_nbytes(self, name: str) -> int:
+        return math.prod(self.shapes[name]) * self.dtypes[name].itemsize
+
+    def row_nbytes(self, name: str) -> int:
+        return math.prod(self.shapes[name][1:]) * self.dtypes[name].itemsize
+
+    def end_of(self, arrays: dict[str, np.ndarray]) -> int:
+        """Bytes from the buffer's start through the last row any of `arrays` fills."""
+        return max((self.offsets[name] + len(a) * self.row_nbytes(name) for name, a in arrays.items()), default=0)
+
+    def pack(self, arrays: dict[str, np.ndarray], nbytes: int, pin: bool) -> torch.Tensor:
+        """A host buffer of `nbytes` with each array in the leading corner of its slot
+        (a [B, w] block table in a [rows, width] slot keeps the slot's row stride)."""
+        staging = torch.empty(max(nbytes, _ALIGN), dtype=torch.uint8, pin_memory=pin)
+        packed = staging.numpy()
+        for name, a in arrays.items():
+            if a.size == 0:
+                continue
+            if a.dtype != self.dtypes[name] or a.ndim != len(self.shapes[name]) or \
+                    any(n > m for n, m in zip(a.shape, self.shapes[name])):
+                raise ValueError(f"step input {name} {a.dtype}{list(a.shape)} does not fit its slot "
+                                 f"{self.dtypes[name]}{list(self.shapes[name])}")
+            # The slot's rows that lie inside the buffer (those of `a` do, by `nbytes`).
+            start, row = self.offsets[name], self.row_nbytes(name)
+            rows = min(self.shapes[name][0], (len(packed) - start) // row)
+            slot = packed[start:start + rows * row].view(self.dtypes[name]).reshape(rows, *self.shapes[name][1:])
+            slot[tuple(slice(0, n) for n in a.shape)] = a
+        return staging
+
+    def views(self, buffer: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each slot as a typed tensor of its full shape over `buffer` (uint8, on any device).
+        One typed view of the buffer per dtype, each slot a slice of it: every torch op costs
+        microseconds of host time, and a step has a dozen arrays."""
+        typed = {dtype: buffer.view(_TORCH_DTYPES[dtype]) for dtype in set(self.dtypes.values())}
+        views = {}
+        for name, dtype in self.dtypes.items():
+            start, size = self.offsets[name] // dtype.itemsize, math.prod(self.shapes[name])
+            view = typed[dtype][start:start + size]
+            views[name] = view.view(self.shapes[name]) if len(self.shapes[name]) > 1 else view
+        return views
+
+
+def upload(arrays: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
+    """The arrays on the device, in one copy of a buffer laid out for them alone."""
+    layout = Layout({name: (a.dtype, a.shape) for name, a in arrays.items()})
+    staging = layout.pack(arrays, layout.nbytes, pin=device.type == "cuda")
+    return layout.views(staging.to(device, non_blocking=True))
+
+
+class StaticInputs:
+    """One device buffer holding a step's inputs at fixed places, for any step up to the
+    largest: `views` are its slots at full size, what CUDA graphs are captured on."""
+
+    def __init__(self, slots: dict[str, tuple[np.dtype, tuple[int, ...]]], device: torch.device):
+        self.layout = Layout(slots)
+        self.device = device
+        self.buffer = torch.zeros(self.layout.nbytes, dtype=torch.uint8, device=device)
+        self.views = self.layout.views(self.buffer)
+
+    def upload(self, arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """Copy the arrays into the leading corners of their slots, once, through the last
+        row any of them fills; their views, each cut to the array's rows (a 2-D slot keeps
+        its full width: a graph captured on it reads that row stride)."""
+        arrays = {name: arrays[name] for name in self.layout.shapes}
+        nbytes = self.layout.end_of(arrays)
+        staging = self.layout.pack(arrays, nbytes, pin=self.device.type == "cuda")
+        self.buffer[:nbytes].copy_(staging[:nbytes], non_blocking=True)
+        return {name: self.views[name][:len(a)] for name, a in arrays.items()}
