@@ -5,13 +5,11 @@
 // MT m-tiles of 16 query rows (BM = 64 MT). K/V tiles of 64 keys are gathered through
 // the block table into shared memory with cp.async, two stages deep, so the next
 // tile's loads are in flight while the tensor cores work on this one. S = Q K^T and
-// O += P V use mma.sync m16n8k16 (fp32 accumulate) with an online softmax in registers,
-// fragments loaded by ldmatrix. S = Q K^T takes the storage's operands (fp16 for fp16,
-// bf16 otherwise); O += P V takes fp16 for every storage: P rounded to bf16, as flash
-// attention does, cost greedy agreement with float32 (60 chat prompts: 72% against the
-// torch reference's 83%), and fp16's 11 bits do not; a bf16 V fragment is converted in
-// registers, exactly, as long as |v| < 65504 (fp16's range). Before, bf16 P went in as
-// two bf16 terms, hi + lo: twice the P V mma. Query j of a sequence
+// O += P V use mma.sync m16n8k16 (fp16 operands for fp16 storage, bf16 otherwise;
+// fp32 accumulate) with an online softmax in registers, fragments loaded by ldmatrix.
+// In bf16, P goes into P V as two operand terms, hi + lo (~16 mantissa bits, not 8):
+// P rounded to bf16 alone, as flash attention does, cost greedy agreement with float32
+// (60 chat prompts: 72% against the torch reference's 83%); fp16's 11 bits need no lo term. Query j of a sequence
 // with n new tokens and context L sits at position L - n + j and sees keys <= it;
 // only the tiles that cross that diagonal are masked.
 // fp32 caches are rounded to bf16 on their way to shared memory (accumulation stays fp32).
@@ -48,15 +46,12 @@ __device__ __forceinline__ void mma<f16>(float (&c)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// A pair of Op values as an fp16 pair (exact for bf16 within fp16's range).
+// (a, b) as two operand pairs: hi = Op(a, b), lo = Op of what hi missed.
 template <typename Op>
-__device__ __forceinline__ uint32_t as_f16x2(uint32_t x) {
-    if constexpr (std::is_same<Op, f16>::value) {
-        return x;
-    } else {
-        const float2 v = unpack2<Op>(x);
-        return pack2<f16>(v.x, v.y);
-    }
+__device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t& lo) {
+    hi = pack2<Op>(a, b);
+    const float2 h = unpack2<Op>(hi);
+    lo = pack2<Op>(a - h.x, b - h.y);
 }
 
 __device__ __forceinline__ uint32_t smem_address(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -227,28 +222,32 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
             }
         }
 
-        // O += P V in fp16: two adjacent S tiles form one A fragment (the accumulator layout
+        // O += P V: two adjacent S tiles form one A fragment (the accumulator layout
         // matches); one ldmatrix.x4.trans gives the B fragments of two 8-dim tiles.
+        constexpr bool two_terms = std::is_same<Op, bf16>::value;
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) {
-            uint32_t pa[MT][4];
+            uint32_t hi[MT][4], lo[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     const float* p = s[mt][2 * kk + i / 2] + 2 * (i % 2);
-                    pa[mt][i] = pack2<f16>(p[0], p[1]);
+                    if constexpr (two_terms) split2<Op>(p[0], p[1], hi[mt][i], lo[mt][i]);
+                    else hi[mt][i] = pack2<Op>(p[0], p[1]);
                 }
 #pragma unroll
             for (int d2 = 0; d2 < D / 16; ++d2) {
                 uint32_t vb[4];
                 ldmatrix_x4_trans(vb, &vt[kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8][d2 * 16 + (lane >> 4) * 8]);
 #pragma unroll
-                for (int j = 0; j < 4; ++j) vb[j] = as_f16x2<Op>(vb[j]);
-#pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
-                    mma<f16>(o[mt][2 * d2], pa[mt], vb[0], vb[1]);
-                    mma<f16>(o[mt][2 * d2 + 1], pa[mt], vb[2], vb[3]);
+                    mma<Op>(o[mt][2 * d2], hi[mt], vb[0], vb[1]);
+                    mma<Op>(o[mt][2 * d2 + 1], hi[mt], vb[2], vb[3]);
+                    if constexpr (two_terms) {
+                        mma<Op>(o[mt][2 * d2], lo[mt], vb[0], vb[1]);
+                        mma<Op>(o[mt][2 * d2 + 1], lo[mt], vb[2], vb[3]);
+                    }
                 }
             }
         }
