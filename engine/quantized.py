@@ -17,6 +17,8 @@ moved the head's argmax on 1 row in 8 (measured); it runs dequantized.
 """
 from __future__ import annotations
 
+import functools
+import time
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +32,34 @@ GROUP = 32                   # elements per GGUF block, and per group of the pac
 # rows, loses to a dense bf16 GEMM: 6.3 vs 2.6 ms for the 1536x576 gate at 480 rows, 0.85 vs
 # 0.37 at 64, even at 16 (cpu-avx512_bf16; at decode sizes it reads 4x fewer bytes and wins).
 WIDE_ROWS = 32
+# The dense copy is float32 only where its GEMMs are this much faster than bf16 ones: else the
+# bf16 copy, half the memory (and no flip between the two on a CPU where they are close).
+_FLOAT32_GAIN = 1.2
 _INNER_TILES = 8             # _convert_weight_to_int4pack_for_cpu's inner K tiles (its CPU layout)
+
+
+@functools.cache
+def dense_prefill_dtype() -> torch.dtype | None:
+    """The dtype of the dense copy for prefill GEMMs on this CPU, measured once per process:
+    bf16 or float32, whichever multiplies a prefill-sized projection faster (float32 only by
+    _FLOAT32_GAIN or more). Where bf16 is not native it is emulated: None, no copy. Both are
+    native on AVX-512 BF16 CPUs, yet their oneDNN GEMMs differ by CPU: on a 2-core Intel Xeon
+    float32 took 364 ms for 30 layers' projections at 400 rows where bf16 took 633."""
+    if not native_bf16():
+        return None
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(256, 576, generator=gen), torch.randn(1536, 576, generator=gen)
+
+    def seconds(dtype: torch.dtype) -> float:
+        xd, wd = x.to(dtype), w.to(dtype)
+        F.linear(xd, wd)                       # warm-up: oneDNN picks and builds its kernel
+        runs = []
+        for _ in range(5):
+            start = time.perf_counter()
+            F.linear(xd, wd)
+            runs.append(time.perf_counter() - start)
+        return min(runs)
+    return torch.float32 if seconds(torch.bfloat16) >= _FLOAT32_GAIN * seconds(torch.float32) else torch.bfloat16
 
 
 def available() -> bool:
@@ -63,13 +92,14 @@ class Int4Weight:
         """Rows stacked, as torch.cat(dim=0) of the dense weights would be."""
         return Int4Weight(*(torch.cat([getattr(p, f) for p in parts]) for f in ("q", "d", "m")))
 
-    def pack(self, wide_copy: bool | None = None, own_kernel: bool | None = None) -> PackedInt4:
+    def pack(self, wide_dtype: torch.dtype | None | str = "auto", own_kernel: bool | None = None) -> PackedInt4:
         """Packed for an int4 kernel (`own_kernel`; default: ours where it runs here, else
-        torch's), plus (`wide_copy`; default: where the CPU has native bf16) a dense bf16 copy
-        for steps of more than WIDE_ROWS rows: 2 more bytes a weight for a prefill ~2.4x
-        faster. Without native bf16 a dense bf16 GEMM is emulated: no copy."""
+        torch's), plus a dense copy in `wide_dtype` (default: dense_prefill_dtype(); None: no
+        copy) for steps of more than WIDE_ROWS rows: 2 or 4 more bytes a weight for a prefill
+        ~2.4x faster (bf16 copy, AMD EPYC)."""
         n, k = self.shape
-        wide = self.dequantize().bfloat16() if (native_bf16() if wide_copy is None else wide_copy) else None
+        wide_dtype = dense_prefill_dtype() if wide_dtype == "auto" else wide_dtype
+        wide = None if wide_dtype is None else self.dequantize().to(wide_dtype)
         if own_kernel is None:
             own_kernel = cpu_int4.available() and cpu_int4.fits(n, k)
         if own_kernel:
@@ -87,7 +117,7 @@ class PackedInt4:
     out_features: int
     in_features: int
     own_kernel: bool            # engine/cpu_int4.c's layout, else torch's
-    wide: torch.Tensor | None = None   # [N, K] bf16, for steps of more than WIDE_ROWS rows
+    wide: torch.Tensor | None = None   # [N, K] bf16 or float32, for steps of more than WIDE_ROWS rows
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
         return (self.packed, self.factors) + ((self.wide,) if self.wide is not None else ())
@@ -102,9 +132,9 @@ class PackedInt4:
         return sum(t.numel() * t.element_size() for t in (self.packed, self.factors))
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
-        xb = x.to(torch.bfloat16)
         if self.wide is not None and x.shape[0] > WIDE_ROWS:
-            return F.linear(xb, self.wide).to(x.dtype)
+            return F.linear(x.to(self.wide.dtype), self.wide).to(x.dtype)
         if self.own_kernel:
             return cpu_int4.matmul(x, self.packed, self.factors, self.out_features).to(x.dtype)
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(xb, self.packed, GROUP, self.factors).to(x.dtype)
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), self.packed, GROUP,
+                                                          self.factors).to(x.dtype)

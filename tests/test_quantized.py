@@ -11,7 +11,7 @@ from engine import LLM, SamplingParams, cpu_int4
 from engine.cpu_features import native_bf16
 from engine.gguf_file import INT4_TYPES, GGUFFile
 from engine.model_source import resolve
-from engine.quantized import WIDE_ROWS, Int4Weight, PackedInt4
+from engine.quantized import WIDE_ROWS, Int4Weight, PackedInt4, dense_prefill_dtype
 from jobs.errors import WorkloadError
 from jobs.workloads import get_workload, load_workloads
 from tests.test_model_sources import tiny_hf_weights, write_tiny_gguf
@@ -113,11 +113,12 @@ def test_the_own_kernel_at_every_row_count_and_shape(dtype, bound, rows, n, k):
     assert ((got.double() - exact).norm() / exact.norm()).item() < bound
 
 
-def test_wide_steps_take_the_dense_bf16_copy_and_give_the_same_product(model_path, own_kernel):
+@pytest.mark.parametrize("wide_dtype", [torch.bfloat16, torch.float32])
+def test_wide_steps_take_the_dense_copy_and_give_the_same_product(model_path, own_kernel, wide_dtype):
     gf = GGUFFile(model_path)
     blocks = gf.load_int4(next(t for t in gf.tensors if t.name == "blk.0.attn_output.weight"))
-    with_copy, without = (blocks.pack(wide_copy=wide, own_kernel=own_kernel) for wide in (True, False))
-    assert without.wide is None and with_copy.wide.dtype == torch.bfloat16
+    with_copy, without = (blocks.pack(wide_dtype=wide, own_kernel=own_kernel) for wide in (wide_dtype, None))
+    assert without.wide is None and with_copy.wide.dtype == wide_dtype
     assert with_copy.nbytes == without.nbytes        # a decode step reads the packed weight only
     x = torch.randn(WIDE_ROWS + 1, blocks.shape[1], generator=torch.Generator().manual_seed(1))
     exact = x.double() @ blocks.dequantize().double().T
@@ -125,6 +126,12 @@ def test_wide_steps_take_the_dense_bf16_copy_and_give_the_same_product(model_pat
         assert ((packed.matmul(x).double() - exact).norm() / exact.norm()).item() < 0.01
     narrow = x[:WIDE_ROWS]
     assert torch.equal(with_copy.matmul(narrow), without.matmul(narrow))   # the int4 kernel both
+
+
+def test_the_dense_prefill_copy_is_measured_where_bf16_is_native():
+    chosen = dense_prefill_dtype()
+    assert chosen in (torch.bfloat16, torch.float32) if native_bf16() else chosen is None
+    assert dense_prefill_dtype() is chosen        # measured once a process: every weight alike
 
 
 def test_the_engine_on_packed_weights_stays_close_to_the_dense_engine(llm):

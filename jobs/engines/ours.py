@@ -27,7 +27,7 @@ MAX_REPETITIONS = 9
 
 def run(workload: Workload, model: str, backend: str = "auto", max_num_seqs: int = 256,
         max_num_batched_tokens: int = 8192, dtype: str = "auto") -> EngineRun:
-    from engine import LLM, SamplingParams
+    from engine import LLM, SamplingParams, quantized
     llm = LLM(model, backend=backend, dtype=dtype, max_num_seqs=max_num_seqs,
               max_num_batched_tokens=max_num_batched_tokens, quantization=workload.quantization)
     requests = workload.requests()
@@ -70,5 +70,8 @@ def run(workload: Workload, model: str, backend: str = "auto", max_num_seqs: int
               "kv_cache_blocks": after["kv_cache_blocks"], "block_size": after["block_size"]}
     if workload.quantization != "none":   # keyed only where set: dense runs keep their series
         config["quantization"] = workload.quantization
+        # Chosen by the engine on this CPU (engine.quantized.dense_prefill_dtype): part of what ran.
+        wide = quantized.dense_prefill_dtype()
+        config["prefill_weights"] = "int4" if wide is None else str(wide).removeprefix("torch.")
     print("host seconds by phase:", host)
     return EngineRun("ours", config, completions, wall, extra)
