@@ -42,10 +42,9 @@ def _llama3_scaled(inv_freq: torch.Tensor, s: dict) -> torch.Tensor:
 @dataclass
 class Carry:
     """What one piece of the forward pass (LlamaModel.piece) hands the next: a layer's
-    rotated queries, the residual stream, and the buffer its attention writes into."""
+    rotated queries (for its attention) and the residual stream."""
     q: torch.Tensor            # [T, nh, d]
     residual: torch.Tensor     # [T, H] float32
-    attn: torch.Tensor         # [T, nh, d]
 
 
 class LlamaModel:
@@ -143,20 +142,20 @@ class LlamaModel:
     def piece(self, i: int, carry: Carry | None, token_ids: torch.Tensor, step: Step,
               kv_cache: torch.Tensor, attn: torch.Tensor) -> Carry | torch.Tensor:
         """Piece i of num_layers + 1: piece 0 embeds the tokens, piece i > 0 finishes layer
-        i - 1 (output projection and MLP) from `carry`; then layer i's attention inputs (its
-        Carry, whose attention will write into `attn` [T, nh, d]), or, after the last layer,
+        i - 1 (output projection and MLP) from `carry` and its attention's output `attn`
+        [T, nh, d]; then layer i's attention inputs (its Carry), or, after the last layer,
         the final norm (hidden states [T, H])."""
         ops = self.ops
         if i == 0:
             h, residual = ops.embed(token_ids, self.embed), None
         else:
             layer = self.layers[i - 1]
-            h = ops.linear(carry.attn.flatten(1), layer.o)
+            h = ops.linear(attn.flatten(1), layer.o)
             h, residual = ops.mlp_block(h, carry.residual, layer, step)
         if i == len(self.layers):
             return ops.rms_norm(h, self.norm, self.shape.rms_norm_eps, residual)[0]
         q, residual = ops.attention_inputs(h, residual, self.layers[i], (kv_cache[i, 0], kv_cache[i, 1]), step)
-        return Carry(q, residual, attn)
+        return Carry(q, residual)
 
     def attend(self, i: int, q: torch.Tensor, attn: torch.Tensor, step: Step, kv_cache: torch.Tensor) -> None:
         """Layer i's attention of queries q (piece i's), between pieces i and i + 1: into attn."""

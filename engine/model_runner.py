@@ -165,6 +165,7 @@ class ModelRunner:
 
     def _logits(self, inputs: StepInputs, dev: dict, previous: LaunchedStep | None,
                 prefill_bucket: int | None = None) -> torch.Tensor:
+        # The graphs read the token ids where _token_ids leaves them; forward takes them.
         token_ids, meta = self._token_ids(inputs, dev, previous), self._metadata(inputs, dev)
         if prefill_bucket is not None:
             hidden = self.prefill_graphs.run(prefill_bucket, meta)

@@ -43,7 +43,7 @@ def test_pieces_with_padding_give_the_forward_pass(llm):
     for i in range(len(model.layers) + 1):
         carry = model.piece(i, carry, dev["token_ids"], step, pieces_cache, attn)
         if i < len(model.layers):
-            model.attend(i, carry.q, carry.attn, step, pieces_cache)
+            model.attend(i, carry.q, attn, step, pieces_cache)
     # Padding rows carry NaN from the attention buffer; rows are independent, so the
     # step's own rows must not see it.
     assert carry.shape == (32, model.config.hidden_size) and carry[28:].isnan().all()
