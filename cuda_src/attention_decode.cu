@@ -83,6 +83,7 @@ __device__ int block_exclusive_scan(int x, int* scratch) {
 extern "C" __global__ void __launch_bounds__(PLAN_THREADS) plan_decode(
     const int* __restrict__ seq_lens, int B, int nkv, int slots, float slack, int max_chunk,
     int2* __restrict__ row_plan, int2* __restrict__ items, int* __restrict__ queue) {
+    pdl_start();
     __shared__ int bucket_start[LENGTH_BUCKETS];   // items per length bucket, then where each bucket starts
     __shared__ float sum_scratch[32];
     __shared__ int scan_scratch[32];
@@ -450,6 +451,7 @@ __device__ void attn_decode(const T* q, int64_t q_stride, T* k_cache, T* v_cache
         const int* seq_lens, const int* query_start_loc, T* out, float* part_o, float2* part_ml,               \
         int* split_counters, int nh, int nkv, int bs, float scale, const int64_t* positions,                   \
         const float* cos_sin, const int64_t* slots, const int2* row_plan, const int2* items, int* queue) {     \
+        pdl_start();                                                                                            \
         attn_decode<T, D, G>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens,                 \
                              query_start_loc, out, part_o, part_ml, split_counters, nh, nkv, bs, scale,         \
                              positions, cos_sin, slots, row_plan, items, queue);                                \

@@ -279,6 +279,7 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
         const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, const int* block_tables,            \
         int max_blocks, const int* seq_lens, const int* query_start_loc, T* out, int nh, int nkv, int bs,      \
         float scale_log2) {                                                                                    \
+        pdl_start();                                                                                           \
         attn_prefill<T, D, MT>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens,              \
                                query_start_loc, out, nh, nkv, bs, scale_log2);                                 \
     }

@@ -97,6 +97,27 @@ template <> __device__ __forceinline__ uint4 load8_as<f16, f16>(const f16* p) {
     return *reinterpret_cast<const uint4*>(p);
 }
 
+// Programmatic dependent launch (sm_90). Every kernel's first statement is pdl_start(),
+// preceded at most by prefetches of memory no kernel writes (weights). Where a CUDA graph's
+// edge into a kernel is programmatic (engine/ops/pdl.py), the kernel is launched once every
+// block of the one before it has started, and waits in pdl_start until that one has finished
+// and its writes are visible; the first instruction lets the kernel after it launch the same
+// way. Without such an edge (eager launches) both are no-ops.
+__device__ __forceinline__ void pdl_start() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Fetch `bytes` (a multiple of 16, from a 16-byte aligned address) into L2, without
+// waiting: a kernel launched early fetches its weights while the kernel before it runs.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);

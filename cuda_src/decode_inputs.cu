@@ -10,6 +10,7 @@ extern "C" __global__ void build_decode_inputs(const int64_t* __restrict__ sampl
                                                const int* __restrict__ block_tables, int max_blocks, int block_size,
                                                int64_t* __restrict__ input_ids, int64_t* __restrict__ positions,
                                                int64_t* __restrict__ slot_mapping, int rows) {
+    pdl_start();
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
     const int pos = seq_lens[r];

@@ -5,6 +5,7 @@
 
 extern "C" __global__ void embed_rows(const int64_t* __restrict__ ids, const char* __restrict__ table,
                                       char* __restrict__ out, int row_bytes) {
+    pdl_start();
     const char* src = table + ids[blockIdx.x] * (int64_t)row_bytes;
     char* dst = out + (int64_t)blockIdx.x * row_bytes;
     if (row_bytes % 16 == 0) {  // 16-byte words whenever rows allow it (host checks base alignment)

@@ -199,24 +199,55 @@ __device__ void gemv_norm_qkv_rope(const T* __restrict__ x, const float* __restr
     }
 }
 
+// Before pdl_start: the weight rows a block will read, into L2 (see common.cuh). The
+// plain, norm and silu kernels' block reads rows [blockIdx.x * WARPS, + WARPS) of W.
+template <typename T>
+__device__ __forceinline__ void prefetch_block_rows(const T* w, int N, int K) {
+    const int first = blockIdx.x * WARPS, rows = min(WARPS, N - first);
+    if (threadIdx.x == 0 && rows > 0) prefetch_l2(w + (int64_t)first * K, rows * K * sizeof(T));
+}
+
+// The rows each warp of gemv_norm_qkv_rope reads: a RoPE pair's two, or one v row.
+template <typename T>
+__device__ __forceinline__ void prefetch_qkv_rows(const T* w, int K, int nh, int nkv, int d) {
+    const int task = blockIdx.x * WARPS + threadIdx.x / 32, half = d / 2, pairs = (nh + nkv) * half;
+    if (threadIdx.x % 32) return;
+    const uint32_t bytes = K * sizeof(T);
+    if (task < pairs) {
+        const int n = task / half * d + task % half;
+        prefetch_l2(w + (int64_t)n * K, bytes);
+        prefetch_l2(w + (int64_t)(n + half) * K, bytes);
+    } else if (task < pairs + nkv * d) {
+        prefetch_l2(w + (int64_t)((nh + nkv) * d + task - pairs) * K, bytes);
+    }
+}
+
 #define GEMV(T, N)                                                                                             \
     extern "C" __global__ void __launch_bounds__(32 * WARPS) gemv_plain_##N(                                  \
         const T* x, const T* w, T* y, int M, int Nout, int K) {                                              \
+        prefetch_block_rows(w, Nout, K);                                                                       \
+        pdl_start();                                                                                           \
         gemv<T, PLAIN>(x, nullptr, nullptr, nullptr, w, y, M, Nout, K, 0.f);                                   \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(32 * WARPS) gemv_norm_##N(                                   \
         const T* x, const float* residual, const T* norm_weight, float* res_out, const T* w, T* y, int M,     \
         int Nout, int K, float eps) {                                                                          \
+        prefetch_block_rows(w, Nout, K);                                                                       \
+        pdl_start();                                                                                           \
         gemv<T, NORM>(x, residual, norm_weight, res_out, w, y, M, Nout, K, eps);                               \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(32 * WARPS) gemv_silu_##N(                                   \
         const T* x, const T* w, T* y, int M, int Nout, int K) {                                              \
+        prefetch_block_rows(w, Nout, K);                                                                       \
+        pdl_start();                                                                                           \
         gemv<T, SILU>(x, nullptr, nullptr, nullptr, w, y, M, Nout, K, 0.f);                                    \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(32 * WARPS) gemv_norm_qkv_rope_##N(                          \
         const T* x, const float* residual, const T* norm_weight, float* res_out, const T* w, T* y, int M,     \
         int K, float eps, const int64_t* positions, const float* cos_sin, T* k_cache, T* v_cache,             \
         const int64_t* slots, int nh, int nkv, int d) {                                                        \
+        prefetch_qkv_rows(w, K, nh, nkv, d);                                                                   \
+        pdl_start();                                                                                           \
         gemv_norm_qkv_rope<T>(x, residual, norm_weight, res_out, w, y, M, K, eps, positions, cos_sin, k_cache, \
                               v_cache, slots, nh, nkv, d);                                                     \
     }

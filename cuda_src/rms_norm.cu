@@ -67,6 +67,7 @@ __device__ void rms_norm(const T* __restrict__ x, const float* __restrict__ resi
 #define RMS_NORM(T, N)                                                                                  \
     extern "C" __global__ void rms_norm_##N(const T* x, const float* residual, const T* weight, T* out, \
                                             float* res_out, int rows, int H, float eps) {               \
+        pdl_start();                                                                                    \
         rms_norm<T>(x, residual, weight, out, res_out, rows, H, eps);                                   \
     }
 FOR_EACH_DTYPE(RMS_NORM)

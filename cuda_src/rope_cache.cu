@@ -39,6 +39,7 @@ __device__ void rope_and_cache(T* __restrict__ q, T* __restrict__ k, const T* __
                                                   const float* cos_sin, T* k_cache, T* v_cache,                \
                                                   const int64_t* slots, int nh, int nkv, int d,                \
                                                   int64_t q_stride, int64_t k_stride, int64_t v_stride) {      \
+        pdl_start();                                                                                            \
         rope_and_cache<T>(q, k, v, positions, cos_sin, k_cache, v_cache, slots, nh, nkv, d, q_stride, k_stride, \
                           v_stride);                                                                           \
     }

@@ -110,6 +110,7 @@ __device__ void sample(const T* __restrict__ logits, int V, const float* __restr
     extern "C" __global__ void sample_##N(const T* logits, int V, const float* temperature, const int* top_k, \
                                           const float* top_p, const int64_t* seeds, const int64_t* counters,  \
                                           int64_t* out, int all_greedy) {                                     \
+        pdl_start();                                                                                          \
         sample<T>(logits, V, temperature, top_k, top_p, seeds, counters, out, all_greedy);                    \
     }
 FOR_EACH_DTYPE(SAMPLE)

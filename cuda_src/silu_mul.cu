@@ -20,6 +20,7 @@ __device__ void silu_and_mul(const T* __restrict__ x, T* __restrict__ out, int I
 
 #define SILU_MUL(T, N)                                                                      \
     extern "C" __global__ void silu_and_mul_##N(const T* x, T* out, int I, int64_t chunks) { \
+        pdl_start();                                                                        \
         silu_and_mul<T>(x, out, I, chunks);                                                 \
     }
 FOR_EACH_DTYPE(SILU_MUL)

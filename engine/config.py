@@ -19,7 +19,8 @@ DTYPES = ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
 # Tuning knobs of the cuda backend that a benchmark sweep sets from the environment.
 ENV_OVERRIDES = {"decode_slack": ("ROADGATE_DECODE_SLACK", float),
                  "prefill_m_tiles": ("ROADGATE_PREFILL_M_TILES", int),
-                 "cuda_debug": ("ROADGATE_CUDA_DEBUG", lambda v: v not in ("", "0"))}
+                 "cuda_debug": ("ROADGATE_CUDA_DEBUG", lambda v: v not in ("", "0")),
+                 "programmatic_launch": ("ROADGATE_PROGRAMMATIC_LAUNCH", lambda v: v not in ("", "0"))}
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,9 @@ class EngineConfig:
     # about 2 (benchmarks/kernels.py: 1 row 12.6 vs 21.3 µs a layer, 4 rows 24.4 vs 21.9).
     gemv_max_rows: int = 2
     cuda_debug: bool = False              # synchronize and check after every kernel launch
+    # Programmatic edges between our kernels in CUDA graphs (engine.ops.pdl): a kernel's
+    # blocks launch and prefetch its weights while the kernel before it still runs.
+    programmatic_launch: bool = True
     # Derived by LLM once the model and the memory are known; None before.
     num_kv_blocks: int | None = None
 

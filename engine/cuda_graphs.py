@@ -15,6 +15,7 @@ import torch
 from engine.config import EngineConfig
 from engine.model import LlamaModel
 from engine.ops import AttentionMetadata, SamplingTensors
+from engine.ops.pdl import make_programmatic
 from engine.step_upload import StaticInputs
 
 _BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
@@ -38,7 +39,7 @@ class DecodeGraphs:
         for bucket in reversed(self.buckets):      # largest first: the smaller ones reuse its pool
             for greedy in (True, False):
                 self._graphs[bucket, greedy] = capture(lambda b=bucket, g=greedy: self._step(b, g), pool,
-                                                       self.side_stream)
+                                                       self.side_stream, config.programmatic_launch)
 
     def bucket_for(self, batch_size: int) -> int | None:
         """The smallest bucket that holds the batch; None if it is larger than all."""
@@ -67,15 +68,20 @@ class DecodeGraphs:
         return self.model.ops.sample(self.model.logits(hidden), sampling)
 
 
-def capture(run, pool, side: torch.cuda.Stream) -> tuple[torch.cuda.CUDAGraph, object]:
+def capture(run, pool, side: torch.cuda.Stream, programmatic: bool) -> tuple[torch.cuda.CUDAGraph, object]:
     """A graph of `run()` and what it returned. One eager run first, on the side stream (off
     the default stream, as capture requires; PyCUDA launches only on streams it made): it
-    initialises cuBLAS and allocator state that must not be created during capture."""
+    initialises cuBLAS and allocator state that must not be created during capture.
+    `programmatic`: the edges between our own kernels become programmatic (engine.ops.pdl)
+    before the graph is instantiated."""
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         run()
     torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
+    graph = torch.cuda.CUDAGraph(keep_graph=programmatic)
     with torch.cuda.graph(graph, pool=pool, stream=side):
         out = run()
+    if programmatic:
+        graph.programmatic_edges = make_programmatic(graph.raw_cuda_graph())
+        graph.instantiate()
     return graph, out

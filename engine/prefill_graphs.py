@@ -42,6 +42,7 @@ def held_bytes(config: EngineConfig, model_config, element_size: int) -> int:
 class PrefillGraphs:
     def __init__(self, config: EngineConfig, model: LlamaModel, kv_cache: torch.Tensor, inputs: StaticInputs):
         self.model, self.kv_cache, self.inputs = model, kv_cache, inputs.views
+        self.programmatic = config.programmatic_launch
         self.buckets = token_buckets(config.max_num_batched_tokens)
         self.side_stream = model.ops.new_stream()
         self.inputs["slots"].fill_(-1)            # the warm-up runs write nothing to the cache
@@ -84,6 +85,6 @@ class PrefillGraphs:
         pieces, carry = [], None
         for i in range(len(model.layers) + 1):
             graph, carry = capture(lambda i=i, c=carry: model.piece(i, c, token_ids, step, self.kv_cache, attn),
-                                   pool, self.side_stream)
+                                   pool, self.side_stream, self.programmatic)
             pieces.append((graph, carry.q if isinstance(carry, Carry) else carry))
         return pieces

@@ -55,19 +55,37 @@ def test_an_installed_roadgate_carries_the_kernel_sources(tmp_path):
     assert (target / "engine" / "cpu_int4.c").is_file()     # the CPU int4 kernel's source, compiled at first use
 
 
-def declared_kernels(source: str) -> dict[re.Pattern, list[str]]:
-    """The source's `extern "C"` kernels: a pattern of the exported name (a macro's ##N## parts stand for
-    letters and digits) -> each parameter's signature letter (P pointer, l int64, f float, i int)."""
+def _kernel_definitions(source: str):
+    """(pattern of the exported name, parameter list, the text after it) of each `extern "C"`
+    kernel; a macro's ##N## parts stand for letters and digits."""
     text = source.replace("\\\n", " ")
-    kernels = {}
     for m in re.finditer(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*(?:\([^)]*\))?[^)]*\) )?'
                          r'([\w#]+)\s*\(([^)]*)\)', text):
         name = re.escape(m[1]).replace(r"\#\#", "##")
         name = re.sub(r"##\w+##|##\w+", "[A-Za-z0-9]+", name)
-        params = [p.strip() for p in m[2].split(",") if p.strip()]
-        kernels[re.compile(name + "$")] = ["P" if "*" in p else "l" if "int64_t" in p else "f" if p.startswith(
+        yield re.compile(name + "$"), m[2], text[m.end():]
+
+
+def declared_kernels(source: str) -> dict[re.Pattern, list[str]]:
+    """The source's `extern "C"` kernels: a pattern of the exported name -> each parameter's
+    signature letter (P pointer, l int64, f float, i int)."""
+    kernels = {}
+    for pattern, params, _ in _kernel_definitions(source):
+        params = [p.strip() for p in params.split(",") if p.strip()]
+        kernels[pattern] = ["P" if "*" in p else "l" if "int64_t" in p else "f" if p.startswith(
             ("float", "const float")) else "i" for p in params]
     return kernels
+
+
+def kernels_opening_with_pdl_start(source: str) -> dict[re.Pattern, bool]:
+    """Whether each kernel's body calls pdl_start() before anything but prefetches (calls of
+    prefetch_*): what engine/ops/pdl.py relies on when it makes an edge into it programmatic."""
+    opens = {}
+    for pattern, _, rest in _kernel_definitions(source):
+        head = rest.lstrip()[1:].split("}", 1)[0]         # from the body's brace to the first closing one
+        before, found, _ = head.partition("pdl_start();")
+        opens[pattern] = bool(found) and re.fullmatch(r"(\s*prefetch_\w+\([^;]*\);)*\s*", before) is not None
+    return opens
 
 
 def test_the_kernel_table_matches_the_sources_parameters_and_constants():
@@ -90,3 +108,21 @@ def test_the_check_sees_a_drifted_signature():
     source = 'extern "C" __global__ void embed_rows(const int64_t* ids, const char* t, char* out, int64_t n) {}'
     [(pattern, letters)] = declared_kernels(source).items()
     assert pattern.match("embed_rows") and "".join(letters) == "PPPl"   # the table's PPPi would now fail
+
+
+def test_every_kernel_waits_for_the_one_before_it_first():
+    """A kernel may be launched while the kernel it depends on still runs (engine/ops/pdl.py):
+    every kernel the table names calls pdl_start() before it reads anything a kernel writes."""
+    from engine.ops.kernel_table import KERNELS
+    opening = {stem: kernels_opening_with_pdl_start((cuda_build.SRC_DIR / f"{stem}.cu").read_text())
+               for stem in {spec.source for spec in KERNELS}}
+    for spec in KERNELS:
+        [opens] = [ok for pattern, ok in opening[spec.source].items() if pattern.match(spec.name)]
+        assert opens, f"{spec.name} does not start with pdl_start()"
+
+
+def test_the_pdl_check_sees_a_kernel_that_reads_first():
+    source = ('extern "C" __global__ void a(const float* x, float* y) { prefetch_l2(x, 16); pdl_start(); y[0] = x[0]; }'
+              'extern "C" __global__ void b(const float* x, float* y) { y[0] = x[0]; pdl_start(); }'
+              'extern "C" __global__ void c(const float* x, float* y) { y[0] = x[0]; }')
+    assert [ok for ok in kernels_opening_with_pdl_start(source).values()] == [True, False, False]
