@@ -77,7 +77,8 @@ def main() -> None:
     floor = (weight_bytes + kv_bytes) / COPY_CEILING
     print(f"decode step B={B} ctx={ctx} ({c.num_layers} layers, graph replay): median {step * 1e3:.3f} ms; "
           f"floor {floor * 1e3:.3f} ms (weights {weight_bytes / 1e6:.0f} MB + KV {kv_bytes / 1e6:.0f} MB "
-          f"at 4.26 TB/s); ratio {step / floor:.2f}x")
+          f"at 4.26 TB/s); ratio {step / floor:.2f}x; {getattr(g, 'programmatic_edges', 0)} programmatic edges "
+          f"(engine.ops.pdl)")
     if args.profile:
         print_kernel_profile(run, step)
     mem = llm.memory_report()
