@@ -1,13 +1,13 @@
 """Programmatic dependent launch between the engine's own kernels inside a CUDA graph.
 
-Every kernel of cuda_src/ starts with pdl_start() (common.cuh): it lets the kernel after
-it launch, then waits until the kernel before it has finished and its writes are
-visible. Where the graph's edge between two of them is programmatic, the second kernel
-is launched as soon as every block of the first has started: its blocks become resident
-and fetch their weights into L2 (the prefetches before pdl_start) while the first still
-runs, instead of after it. At batch 1 a layer is five kernels of a few µs, each mostly
-the latency of its first loads; that latency is what this hides. Plain edges and eager
-launches leave the two instructions no-ops.
+Every kernel of cuda_src/ calls pdl_start() (common.cuh) before it reads what another
+kernel writes: it waits until the kernel before it has finished and its writes are
+visible, then lets the kernel after it launch. Where the graph's edge between two of
+them is programmatic, the second kernel is launched as soon as every block of the first
+is past that point: its blocks become resident and fetch their weights (before their own
+pdl_start) while the first still runs, instead of after it. At batch 1 a layer is five
+kernels of a few µs, each mostly the latency of its first loads; that latency is what
+this hides. Plain edges and eager launches leave the two instructions no-ops.
 
 PyCUDA launches without launch attributes, so the programmatic edges are made after
 capture, in the captured graph (a torch.cuda.CUDAGraph kept with keep_graph=True, not
