@@ -75,25 +75,49 @@ __device__ void prologue(float* xs, const T* __restrict__ x, const float* __rest
     __syncthreads();
 }
 
-// sums[r][m] = dot(x'[m], W row rows[r]) for R rows of W at once, in every lane of the warp.
+// The lane's CHUNKS 16-byte chunks of each of R rows of W from k0 on (zeros past K). Every
+// chunk's load is issued before any is used: latency, not bandwidth, is the limit.
+template <typename T, int R>
+__device__ __forceinline__ void load_chunks(const T* const (&rows)[R], int K, int k0, uint4 (&chunk)[R][CHUNKS]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) {
+            const int k = k0 + c * 32 * 8;
+            chunk[r][c] = k < K ? *reinterpret_cast<const uint4*>(rows[r] + k) : make_uint4(0, 0, 0, 0);
+        }
+}
+
+// Before pdl_start (weights are written by no kernel): the block's rows of W into L2, and
+// each lane's first chunks of its warp's rows into registers, while the kernel before runs.
+template <typename T, int R>
+__device__ __forceinline__ void fetch_weights(const T* const (&rows)[R], int K, uint4 (&first)[R][CHUNKS]) {
+    if (threadIdx.x % 32 == 0)
+#pragma unroll
+        for (int r = 0; r < R; ++r) prefetch_l2(rows[r], K * sizeof(T));
+    load_chunks<T, R>(rows, K, threadIdx.x % 32 * 8, first);
+}
+
+// sums[r][m] = dot(x'[m], W row rows[r]) for R rows of W at once, in every lane of the warp;
+// `first` holds the lane's first chunks (fetch_weights).
 template <typename T, int R>
 __device__ __forceinline__ void row_dots(const T* const (&rows)[R], const float* xs, int M, int K,
-                                         float (&sums)[R][MAX_ROWS]) {
+                                         const uint4 (&first)[R][CHUNKS], float (&sums)[R][MAX_ROWS]) {
     const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int m = 0; m < MAX_ROWS; ++m) sums[r][m] = 0.f;
     for (int k0 = lane * 8; k0 < K; k0 += 32 * 8 * CHUNKS) {
-        // Every chunk's load is issued before any is used: latency, not bandwidth, is the limit.
         uint4 chunk[R][CHUNKS];
+        if (k0 == lane * 8) {
 #pragma unroll
-        for (int r = 0; r < R; ++r)
+            for (int r = 0; r < R; ++r)
 #pragma unroll
-            for (int c = 0; c < CHUNKS; ++c) {
-                const int k = k0 + c * 32 * 8;
-                chunk[r][c] = k < K ? *reinterpret_cast<const uint4*>(rows[r] + k) : make_uint4(0, 0, 0, 0);
-            }
+                for (int c = 0; c < CHUNKS; ++c) chunk[r][c] = first[r][c];
+        } else {
+            load_chunks<T, R>(rows, K, k0, chunk);
+        }
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
             const int k = k0 + c * 32 * 8;
@@ -124,9 +148,9 @@ __device__ __forceinline__ void row_dots(const T* const (&rows)[R], const float*
 // store(m, s) for each row m < M with s[r] = dot(x'[m], W row rows[r]).
 template <typename T, int R, typename Store>
 __device__ __forceinline__ void dots_then_store(const T* const (&rows)[R], const float* xs, int M, int K,
-                                                Store store) {
+                                                const uint4 (&first)[R][CHUNKS], Store store) {
     float sums[R][MAX_ROWS];
-    row_dots<T, R>(rows, xs, M, K, sums);
+    row_dots<T, R>(rows, xs, M, K, first, sums);
     if (threadIdx.x % 32) return;
 #pragma unroll
     for (int m = 0; m < MAX_ROWS; ++m) {   // unrolled: sums stay in registers
@@ -143,11 +167,14 @@ __device__ void gemv(const T* __restrict__ x, const float* __restrict__ residual
                      float* __restrict__ res_out, const T* __restrict__ w, T* __restrict__ y,
                      int M, int N, int K, float eps) {
     extern __shared__ __align__(16) float xs[];     // [M][K]
-    prologue<T, P>(xs, x, residual, norm_weight, res_out, M, K, eps);
     const int n = blockIdx.x * WARPS + threadIdx.x / 32;
+    const T* rows[1] = {w + (int64_t)min(n, N - 1) * K};   // a warp past N fetches a row it will not use
+    uint4 first[1][CHUNKS];
+    fetch_weights<T, 1>(rows, K, first);
+    pdl_start();
+    prologue<T, P>(xs, x, residual, norm_weight, res_out, M, K, eps);
     if (n >= N) return;
-    const T* rows[1] = {w + (int64_t)n * K};
-    dots_then_store<T, 1>(rows, xs, M, K, [&](int m, const float (&s)[1]) {
+    dots_then_store<T, 1>(rows, xs, M, K, first, [&](int m, const float (&s)[1]) {
         y[(int64_t)m * N + n] = from_float<T>(s[0]);
     });
 }
@@ -166,13 +193,19 @@ __device__ void gemv_norm_qkv_rope(const T* __restrict__ x, const float* __restr
                                    T* __restrict__ k_cache, T* __restrict__ v_cache,
                                    const int64_t* __restrict__ slots, int nh, int nkv, int d) {
     extern __shared__ __align__(16) float xs[];
-    prologue<T, NORM>(xs, x, residual, norm_weight, res_out, M, K, eps);
     const int task = blockIdx.x * WARPS + threadIdx.x / 32, half = d / 2, pairs = (nh + nkv) * half;
     const int N = (nh + 2 * nkv) * d;
+    // A pair task's two rows (features i and i + d/2 of a q or k head), or a v task's row
+    // twice (a task past the last fetches the last row and does nothing).
+    const int h = task / half, i = task % half;
+    const int n = task < pairs ? h * d + i : min((nh + nkv) * d + task - pairs, N - 1);
+    const T* rows[2] = {w + (int64_t)n * K, w + (int64_t)(task < pairs ? n + half : n) * K};
+    uint4 first[2][CHUNKS];
+    fetch_weights<T, 2>(rows, K, first);
+    pdl_start();
+    prologue<T, NORM>(xs, x, residual, norm_weight, res_out, M, K, eps);
     if (task < pairs) {
-        const int h = task / half, i = task % half, n = h * d + i;
-        const T* rows[2] = {w + (int64_t)n * K, w + (int64_t)(n + half) * K};
-        dots_then_store<T, 2>(rows, xs, M, K, [&](int m, const float (&dots)[2]) {
+        dots_then_store<T, 2>(rows, xs, M, K, first, [&](int m, const float (&dots)[2]) {
             // The GEMM's output rounding, then the rotation in float32, as the unfused ops.
             const float x1 = to_float(from_float<T>(dots[0])), x2 = to_float(from_float<T>(dots[1]));
             const float* cs = cos_sin + positions[m] * d;
@@ -188,9 +221,10 @@ __device__ void gemv_norm_qkv_rope(const T* __restrict__ x, const float* __restr
             }
         });
     } else if (task < pairs + nkv * d) {
-        const int j = task - pairs, n = (nh + nkv) * d + j;
-        const T* rows[1] = {w + (int64_t)n * K};
-        dots_then_store<T, 1>(rows, xs, M, K, [&](int m, const float (&dots)[1]) {
+        const int j = task - pairs;
+        const T* row[1] = {rows[0]};
+        const uint4(&first_row)[1][CHUNKS] = reinterpret_cast<const uint4(&)[1][CHUNKS]>(first[0]);
+        dots_then_store<T, 1>(row, xs, M, K, first_row, [&](int m, const float (&dots)[1]) {
             const T o = from_float<T>(dots[0]);
             y[(int64_t)m * N + n] = o;
             const int64_t slot = slots[m];
@@ -199,55 +233,24 @@ __device__ void gemv_norm_qkv_rope(const T* __restrict__ x, const float* __restr
     }
 }
 
-// Before pdl_start: the weight rows a block will read, into L2 (see common.cuh). The
-// plain, norm and silu kernels' block reads rows [blockIdx.x * WARPS, + WARPS) of W.
-template <typename T>
-__device__ __forceinline__ void prefetch_block_rows(const T* w, int N, int K) {
-    const int first = blockIdx.x * WARPS, rows = min(WARPS, N - first);
-    if (threadIdx.x == 0 && rows > 0) prefetch_l2(w + (int64_t)first * K, rows * K * sizeof(T));
-}
-
-// The rows each warp of gemv_norm_qkv_rope reads: a RoPE pair's two, or one v row.
-template <typename T>
-__device__ __forceinline__ void prefetch_qkv_rows(const T* w, int K, int nh, int nkv, int d) {
-    const int task = blockIdx.x * WARPS + threadIdx.x / 32, half = d / 2, pairs = (nh + nkv) * half;
-    if (threadIdx.x % 32) return;
-    const uint32_t bytes = K * sizeof(T);
-    if (task < pairs) {
-        const int n = task / half * d + task % half;
-        prefetch_l2(w + (int64_t)n * K, bytes);
-        prefetch_l2(w + (int64_t)(n + half) * K, bytes);
-    } else if (task < pairs + nkv * d) {
-        prefetch_l2(w + (int64_t)((nh + nkv) * d + task - pairs) * K, bytes);
-    }
-}
-
 #define GEMV(T, N)                                                                                             \
     extern "C" __global__ void __launch_bounds__(32 * WARPS) gemv_plain_##N(                                  \
         const T* x, const T* w, T* y, int M, int Nout, int K) {                                              \
-        prefetch_block_rows(w, Nout, K);                                                                       \
-        pdl_start();                                                                                           \
         gemv<T, PLAIN>(x, nullptr, nullptr, nullptr, w, y, M, Nout, K, 0.f);                                   \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(32 * WARPS) gemv_norm_##N(                                   \
         const T* x, const float* residual, const T* norm_weight, float* res_out, const T* w, T* y, int M,     \
         int Nout, int K, float eps) {                                                                          \
-        prefetch_block_rows(w, Nout, K);                                                                       \
-        pdl_start();                                                                                           \
         gemv<T, NORM>(x, residual, norm_weight, res_out, w, y, M, Nout, K, eps);                               \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(32 * WARPS) gemv_silu_##N(                                   \
         const T* x, const T* w, T* y, int M, int Nout, int K) {                                              \
-        prefetch_block_rows(w, Nout, K);                                                                       \
-        pdl_start();                                                                                           \
         gemv<T, SILU>(x, nullptr, nullptr, nullptr, w, y, M, Nout, K, 0.f);                                    \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(32 * WARPS) gemv_norm_qkv_rope_##N(                          \
         const T* x, const float* residual, const T* norm_weight, float* res_out, const T* w, T* y, int M,     \
         int K, float eps, const int64_t* positions, const float* cos_sin, T* k_cache, T* v_cache,             \
         const int64_t* slots, int nh, int nkv, int d) {                                                        \
-        prefetch_qkv_rows(w, K, nh, nkv, d);                                                                   \
-        pdl_start();                                                                                           \
         gemv_norm_qkv_rope<T>(x, residual, norm_weight, res_out, w, y, M, K, eps, positions, cos_sin, k_cache, \
                               v_cache, slots, nh, nkv, d);                                                     \
     }

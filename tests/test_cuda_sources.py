@@ -77,15 +77,21 @@ def declared_kernels(source: str) -> dict[re.Pattern, list[str]]:
     return kernels
 
 
-def kernels_opening_with_pdl_start(source: str) -> dict[re.Pattern, bool]:
-    """Whether each kernel's body calls pdl_start() before anything but prefetches (calls of
-    prefetch_*): what engine/ops/pdl.py relies on when it makes an edge into it programmatic."""
-    opens = {}
+def kernels_calling_pdl_start(source: str) -> dict[re.Pattern, bool]:
+    """Whether each kernel calls pdl_start(): in its body, after nothing but prefetches (calls
+    of prefetch_*), or, where the body hands over to a device function, in that function.
+    What engine/ops/pdl.py relies on when it makes an edge into the kernel programmatic."""
+    calls = {}
     for pattern, _, rest in _kernel_definitions(source):
         head = rest.lstrip()[1:].split("}", 1)[0]         # from the body's brace to the first closing one
         before, found, _ = head.partition("pdl_start();")
-        opens[pattern] = bool(found) and re.fullmatch(r"(\s*prefetch_\w+\([^;]*\);)*\s*", before) is not None
-    return opens
+        if found:
+            calls[pattern] = re.fullmatch(r"(\s*prefetch_\w+\([^;]*\);)*\s*", before) is not None
+            continue
+        callee = re.match(r"\s*(\w+)\s*(?:<[^;(]*>)?\s*\(", head)
+        definition = callee and re.search(rf"__device__[^;{{]*\b{callee[1]}\s*\((.*?)\n}}", source, re.S)
+        calls[pattern] = bool(definition) and "pdl_start();" in definition[1]
+    return calls
 
 
 def test_the_kernel_table_matches_the_sources_parameters_and_constants():
@@ -114,7 +120,7 @@ def test_every_kernel_waits_for_the_one_before_it_first():
     """A kernel may be launched while the kernel it depends on still runs (engine/ops/pdl.py):
     every kernel the table names calls pdl_start() before it reads anything a kernel writes."""
     from engine.ops.kernel_table import KERNELS
-    opening = {stem: kernels_opening_with_pdl_start((cuda_build.SRC_DIR / f"{stem}.cu").read_text())
+    opening = {stem: kernels_calling_pdl_start((cuda_build.SRC_DIR / f"{stem}.cu").read_text())
                for stem in {spec.source for spec in KERNELS}}
     for spec in KERNELS:
         [opens] = [ok for pattern, ok in opening[spec.source].items() if pattern.match(spec.name)]
@@ -122,7 +128,11 @@ def test_every_kernel_waits_for_the_one_before_it_first():
 
 
 def test_the_pdl_check_sees_a_kernel_that_reads_first():
-    source = ('extern "C" __global__ void a(const float* x, float* y) { prefetch_l2(x, 16); pdl_start(); y[0] = x[0]; }'
+    source = ('__device__ void waits(const float* x) {\n    pdl_start();\n}\n'
+              '__device__ void reads(const float* x) {\n    x[0];\n}\n'
+              'extern "C" __global__ void a(const float* x, float* y) { prefetch_l2(x, 16); pdl_start(); y[0] = x[0]; }'
               'extern "C" __global__ void b(const float* x, float* y) { y[0] = x[0]; pdl_start(); }'
-              'extern "C" __global__ void c(const float* x, float* y) { y[0] = x[0]; }')
-    assert [ok for ok in kernels_opening_with_pdl_start(source).values()] == [True, False, False]
+              'extern "C" __global__ void c(const float* x, float* y) { y[0] = x[0]; }'
+              'extern "C" __global__ void d(const float* x, float* y) { waits(x); }'
+              'extern "C" __global__ void e(const float* x, float* y) { reads(x); }')
+    assert list(kernels_calling_pdl_start(source).values()) == [True, False, False, True, False]
