@@ -26,7 +26,8 @@
 // Launch: plan_decode grid 1, block PLAN_THREADS; attn_decode any grid (the host gives
 // one block per slot, at most one per item), block 128, dynamic smem = G * max_chunk * 4
 // bytes; split_counters [B * nkv] int32 and queue[0..1] zero before the first launch
-// (every launch leaves them zero).
+// (every launch leaves them zero); prefetch_rows: rows whose cached K/V it fetches into
+// L2 before it waits for the kernel before it (0: none; see prefetch_cached_kv).
 #include "common.cuh"
 
 namespace {
@@ -417,6 +418,25 @@ __device__ void decode_item(const T* __restrict__ q, int64_t q_stride, T* k_cach
                                 last_split);
 }
 
+// Before pdl_start, at a small batch (latency-bound: a few hundred KB a layer): the cache
+// blocks of the first `rows` rows into L2, spread over the grid. Their lengths and block
+// tables are the step's uploaded inputs, written by no kernel; the blocks hold earlier
+// steps' K/V (the new token's, written by the kernel before or after pdl_start here, is
+// coherent in L2 either way).
+template <typename T, int D>
+__device__ __forceinline__ void prefetch_cached_kv(const T* k_cache, const T* v_cache, const int* block_tables,
+                                                   int max_blocks, const int* seq_lens, int rows, int nkv, int bs) {
+    const int64_t block_elems = (int64_t)bs * nkv * D;
+    for (int row = 0; row < rows; ++row) {
+        const int blocks = (seq_lens[row] + bs - 1) / bs;
+        for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < blocks; j += gridDim.x * blockDim.x) {
+            const int64_t block = block_tables[(int64_t)row * max_blocks + j];
+            prefetch_l2(k_cache + block * block_elems, block_elems * sizeof(T));
+            prefetch_l2(v_cache + block * block_elems, block_elems * sizeof(T));
+        }
+    }
+}
+
 // The persistent loop: take the next item of the plan's list until none is left; the last
 // block to finish resets the queue for the next launch.
 template <typename T, int D, int G>
@@ -424,7 +444,10 @@ __device__ void attn_decode(const T* q, int64_t q_stride, T* k_cache, T* v_cache
                             int max_blocks, const int* seq_lens, const int* query_start_loc, T* out, float* part_o,
                             float2* part_ml, int* split_counters, int nh, int nkv, int bs, float scale,
                             const int64_t* positions, const float* cos_sin, const int64_t* slots,
-                            const int2* __restrict__ row_plan, const int2* __restrict__ items, int* queue) {
+                            const int2* __restrict__ row_plan, const int2* __restrict__ items, int* queue,
+                            int prefetch_rows) {
+    prefetch_cached_kv<T, D>(k_cache, v_cache, block_tables, max_blocks, seq_lens, prefetch_rows, nkv, bs);
+    pdl_start();
     __shared__ int next;
     const int count = queue[2];
     for (;;) {
@@ -450,11 +473,11 @@ __device__ void attn_decode(const T* q, int64_t q_stride, T* k_cache, T* v_cache
         const T* q, int64_t q_stride, T* k_cache, T* v_cache, const int* block_tables, int max_blocks,         \
         const int* seq_lens, const int* query_start_loc, T* out, float* part_o, float2* part_ml,               \
         int* split_counters, int nh, int nkv, int bs, float scale, const int64_t* positions,                   \
-        const float* cos_sin, const int64_t* slots, const int2* row_plan, const int2* items, int* queue) {     \
-        pdl_start();                                                                                            \
+        const float* cos_sin, const int64_t* slots, const int2* row_plan, const int2* items, int* queue,       \
+        int prefetch_rows) {                                                                                   \
         attn_decode<T, D, G>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens,                 \
                              query_start_loc, out, part_o, part_ml, split_counters, nh, nkv, bs, scale,         \
-                             positions, cos_sin, slots, row_plan, items, queue);                                \
+                             positions, cos_sin, slots, row_plan, items, queue, prefetch_rows);                 \
     }
 // One kernel per exact G (a compile-time head count: no per-key tests of it).
 #define DECODE_DIM(T, N, D) DECODE(T, N, D, 1) DECODE(T, N, D, 2) DECODE(T, N, D, 3) DECODE(T, N, D, 4) DECODE(T, N, D, 8)

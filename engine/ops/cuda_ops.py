@@ -32,6 +32,9 @@ _MIN_BLOCK_SIZE = constant("MIN_BLOCK_SIZE")
 _GEMV_WARPS, _GEMV_KERNEL_MAX_ROWS = constant("GEMV_WARPS"), constant("GEMV_MAX_ROWS")
 _NORM_ROWS = constant("RMS_NORM_ROWS_PER_BLOCK")
 _SMEM_BYTES = 48 * 1024              # the gemv's x' must fit without an opt-in
+# Decode attention fetches the cached K/V of batches this small into L2 before it waits on
+# the kernel before it (a few hundred KB a layer; at larger batches the step is bandwidth-bound).
+_KV_PREFETCH_MAX_ROWS = 8
 
 
 def _float_residual(residual: torch.Tensor | None) -> torch.Tensor | None:
@@ -326,7 +329,8 @@ class CudaOps(Ops):
             work.grid, _DECODE_THREADS, q, q.stride(0), k_cache, v_cache, meta.block_tables,
             meta.block_tables.shape[1], meta.seq_lens, meta.query_start_loc, out, work.part_o, work.part_ml,
             self._counters(B * nkv, q.device), nh, nkv, bs, float(scale), *(rope or (None, None, None)),
-            work.row_plan, work.items, self.work_queue, shared=G * work.max_chunk * 4)
+            work.row_plan, work.items, self.work_queue, B if B <= _KV_PREFETCH_MAX_ROWS else 0,
+            shared=G * work.max_chunk * 4)
 
     def _counters(self, n: int, device) -> torch.Tensor:
         if not self._split_counters or self._split_counters[-1].numel() < n:
