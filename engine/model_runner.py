@@ -94,6 +94,10 @@ class ModelRunner:
         self.device = device
         self.max_model_len = config.max_model_len
         self.input_batch = InputBatch(config.max_num_seqs, config.max_model_len, config.block_size)
+        if device.type == "cuda":      # where each step's sampled tokens land on the host (_copy_out)
+            self._token_copies = [(torch.empty(config.max_num_seqs, dtype=torch.int64, pin_memory=True),
+                                   torch.cuda.Event()) for _ in range(2)]
+            self._copy_turn = 0
         # With graphs: the buffer they read, engine.cuda_graphs.DecodeGraphs and
         # engine.prefill_graphs.PrefillGraphs; without, None (eager only).
         self.inputs = self.graphs = self.prefill_graphs = None
@@ -224,8 +228,7 @@ class ModelRunner:
         """The step's token ids, in place in dev["token_ids"] (where graphs read them)."""
         if (inputs.source_rows >= 0).any():
             # Pending tokens come from the previous step's output, still on the device.
-            source, token_ids = dev["source_rows"], dev["token_ids"]
-            torch.where(source >= 0, previous.tokens[source.clamp_min(0)], token_ids, out=token_ids)
+            self.model.ops.take_pending_tokens(dev["token_ids"], dev["source_rows"], previous.tokens)
         return dev["token_ids"]
 
     def _metadata(self, inputs: StepInputs, dev: dict) -> AttentionMetadata:
@@ -259,8 +262,11 @@ class ModelRunner:
                   tokens: torch.Tensor) -> LaunchedStep:
         if self.device.type != "cuda":
             return LaunchedStep(request_ids, rows, num_removals, positions, tokens, tokens.cpu(), None)
-        host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+        # Two pinned buffers and events in turn: a launched step is read before the step
+        # after the next one is launched, so its buffer is free again by then.
+        host, ready = self._token_copies[self._copy_turn]
+        self._copy_turn = 1 - self._copy_turn
+        host = host[:len(tokens)]
         host.copy_(tokens, non_blocking=True)
-        ready = torch.cuda.Event()
         ready.record()
         return LaunchedStep(request_ids, rows, num_removals, positions, tokens, host, ready)

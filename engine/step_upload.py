@@ -41,24 +41,20 @@ class Layout:
         """Bytes from the buffer's start through the last row any of `arrays` fills."""
         return max((self.offsets[name] + len(a) * self.row_nbytes(name) for name, a in arrays.items()), default=0)
 
-    def pack(self, arrays: dict[str, np.ndarray], nbytes: int, pin: bool) -> torch.Tensor:
-        """A host buffer of `nbytes` with each array in the leading corner of its slot
-        (a [B, w] block table in a [rows, width] slot keeps the slot's row stride)."""
-        staging = torch.empty(max(nbytes, _ALIGN), dtype=torch.uint8, pin_memory=pin)
-        packed = staging.numpy()
+    def host_views(self, buffer: np.ndarray) -> dict[str, np.ndarray]:
+        """Each slot as a typed array of its full shape over `buffer` (uint8, on the host)."""
+        return {name: buffer[start:start + self.slot_nbytes(name)].view(self.dtypes[name]).reshape(self.shapes[name])
+                for name, start in self.offsets.items()}
+
+    def fill(self, slots: dict[str, np.ndarray], arrays: dict[str, np.ndarray]) -> None:
+        """Each array into the leading corner of its slot (`host_views`): a [B, w] block table
+        in a [rows, width] slot keeps the slot's row stride."""
         for name, a in arrays.items():
-            if a.size == 0:
-                continue
             if a.dtype != self.dtypes[name] or a.ndim != len(self.shapes[name]) or \
                     any(n > m for n, m in zip(a.shape, self.shapes[name])):
                 raise ValueError(f"step input {name} {a.dtype}{list(a.shape)} does not fit its slot "
                                  f"{self.dtypes[name]}{list(self.shapes[name])}")
-            # The slot's rows that lie inside the buffer (those of `a` do, by `nbytes`).
-            start, row = self.offsets[name], self.row_nbytes(name)
-            rows = min(self.shapes[name][0], (len(packed) - start) // row)
-            slot = packed[start:start + rows * row].view(self.dtypes[name]).reshape(rows, *self.shapes[name][1:])
-            slot[tuple(slice(0, n) for n in a.shape)] = a
-        return staging
+            slots[name][tuple(slice(0, n) for n in a.shape)] = a
 
     def views(self, buffer: torch.Tensor) -> dict[str, torch.Tensor]:
         """Each slot as a typed tensor of its full shape over `buffer` (uint8, on any device).
@@ -76,7 +72,8 @@ class Layout:
 def upload(arrays: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
     """The arrays on the device, in one copy of a buffer laid out for them alone."""
     layout = Layout({name: (a.dtype, a.shape) for name, a in arrays.items()})
-    staging = layout.pack(arrays, layout.nbytes, pin=device.type == "cuda")
+    staging = torch.empty(layout.nbytes, dtype=torch.uint8, pin_memory=device.type == "cuda")
+    layout.fill(layout.host_views(staging.numpy()), arrays)
     return layout.views(staging.to(device, non_blocking=True))
 
 
@@ -89,6 +86,15 @@ class StaticInputs:
         self.device = device
         self.buffer = torch.zeros(self.layout.nbytes, dtype=torch.uint8, device=device)
         self.views = self.layout.views(self.buffer)
+        # Two pinned host buffers of the same layout, used in turn, with their slots' views
+        # made once (a fresh pinned buffer and its views each step cost ~100 µs of host time
+        # on a slow host). A step fills one while the copy of the step before may still be
+        # queued from the other; `_copied` says when a buffer's last copy has run.
+        cuda = device.type == "cuda"
+        self._staging = [torch.empty(self.layout.nbytes, dtype=torch.uint8, pin_memory=cuda) for _ in range(2)]
+        self._host_views = [self.layout.host_views(s.numpy()) for s in self._staging]
+        self._copied = [torch.cuda.Event() for _ in range(2)] if cuda else None
+        self._turn = 0
 
     def upload(self, arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         """Copy the arrays into the leading corners of their slots, once, through the last
@@ -96,6 +102,13 @@ class StaticInputs:
         its full width: a graph captured on it reads that row stride)."""
         arrays = {name: arrays[name] for name in self.layout.shapes}
         nbytes = self.layout.end_of(arrays)
-        staging = self.layout.pack(arrays, nbytes, pin=self.device.type == "cuda")
-        self.buffer[:nbytes].copy_(staging[:nbytes], non_blocking=True)
+        turn, self._turn = self._turn, 1 - self._turn
+        if self._copied:
+            # The copy from this buffer two steps ago: almost always done (the step between
+            # read that step's tokens, sampled after it), so this seldom waits.
+            self._copied[turn].synchronize()
+        self.layout.fill(self._host_views[turn], arrays)
+        self.buffer[:nbytes].copy_(self._staging[turn][:nbytes], non_blocking=True)
+        if self._copied:
+            self._copied[turn].record()
         return {name: self.views[name][:len(a)] for name, a in arrays.items()}

@@ -112,6 +112,13 @@ class Ops(Protocol):
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         """[T, 2I] (gate | up) -> silu(gate) * up, [T, I]."""
 
+    def take_pending_tokens(self, token_ids: torch.Tensor, source_rows: torch.Tensor,
+                            previous: torch.Tensor) -> None:
+        """In place, token_ids[i] = previous[source_rows[i]] where source_rows[i] >= 0: a
+        decode row's newest token, sampled by the step before and not read by the host yet.
+        token_ids, source_rows [T] int64; previous [R] int64 (that step's sampled tokens)."""
+        torch.where(source_rows >= 0, previous[source_rows.clamp_min(0)], token_ids, out=token_ids)
+
     def sample(self, logits: torch.Tensor, sampling: SamplingTensors) -> torch.Tensor:
         """[B, V] logits -> [B] int64 token ids (greedy, or Gumbel-max over the
         temperature-scaled, top-k/top-p filtered distribution with counter-based noise)."""

@@ -349,6 +349,14 @@ class CudaOps(Ops):
             self._k["silu", _dtype_name(x)](blocks, 256, x, out, I, chunks)
         return out
 
+    def take_pending_tokens(self, token_ids, source_rows, previous):
+        for t in (token_ids, source_rows, previous):
+            if t.dtype != torch.int64 or not t.is_contiguous():
+                raise TypeError("take_pending_tokens expects contiguous int64 tensors")
+        n = token_ids.shape[0]
+        if n:
+            self._k["take_pending"](math.ceil(n / 256), 256, token_ids, source_rows, previous, n)
+
     def sample(self, logits, sampling: SamplingTensors):
         logits = logits.contiguous()
         B, V = logits.shape

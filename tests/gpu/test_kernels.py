@@ -483,3 +483,16 @@ def test_build_decode_inputs(ops, R):
     expect = torch.where(inside, tables.gather(1, blk.clamp_max(width - 1)[:, None])[:, 0].long() * bs + old % bs,
                          torch.full_like(pos, -1))
     assert torch.equal(slots, expect)
+
+
+@pytest.mark.parametrize("n", [1, 300])
+def test_take_pending_tokens(ops, n):
+    """The kernel fills exactly the tokens whose source row is set, as the torch contract does."""
+    previous = torch.randint(0, 49152, (260,), device="cuda")
+    source = torch.randint(-1, 260, (n,), device="cuda")
+    source[0] = -1 if n > 1 else 5
+    token_ids = torch.randint(0, 49152, (n,), device="cuda")
+    mine, ref = token_ids.clone(), token_ids.clone()
+    ops.take_pending_tokens(mine, source, previous)
+    REF.take_pending_tokens(ref, source, previous)
+    assert torch.equal(mine, ref) and torch.equal(mine[source < 0], token_ids[source < 0])
