@@ -53,3 +53,18 @@ def test_an_array_that_does_not_fit_its_slot_is_refused(bad):
     inputs = static()
     with pytest.raises(ValueError, match="ids"):
         inputs.upload({"ids": bad, "lens": np.zeros(1, np.int32), "table": np.zeros((1, 1), np.int32)})
+
+
+def test_a_step_does_not_overwrite_the_host_buffer_the_step_before_copies_from():
+    """On the GPU the copy is asynchronous: the next step must fill the other host buffer,
+    leaving the one still being copied from as it was."""
+    inputs = static()
+    first = {"ids": np.full(8, 1, np.int64), "lens": np.full(4, 1, np.int32), "table": np.full((4, 6), 1, np.int32)}
+    second = {name: a * 2 for name, a in first.items()}
+    inputs.upload(first)
+    staged = [s.clone() for s in inputs._staging]
+    inputs.upload(second)
+    assert sum(torch.equal(before, after) for before, after in zip(staged, inputs._staging)) == 1
+    assert inputs.views["ids"].tolist() == [2] * 8
+    inputs.upload(first)          # the third step takes the first buffer again
+    assert inputs.views["lens"].tolist() == [1] * 4
