@@ -367,22 +367,3 @@ class CudaOps(Ops):
                 sampling.top_p.float().contiguous(), sampling.seeds.long().contiguous(),
                 sampling.counters.long().contiguous(), out, int(sampling.all_greedy))
         return out
-
-    def build_decode_inputs(self, sampled: torch.Tensor, seq_lens: torch.Tensor, block_tables: torch.Tensor,
-                            block_size: int, input_ids: torch.Tensor, positions: torch.Tensor,
-                            slot_mapping: torch.Tensor) -> None:
-        """Write the next decode step's inputs on the device, without a host round trip.
-
-        sampled [R] int64: last token of each running row; seq_lens [R] int32: tokens
-        already in the cache, advanced by one in place; block_tables [R, max_blocks]
-        int32. Writes input_ids [R] int64 (= sampled), positions [R] int64 (= old
-        seq_lens) and slot_mapping [R] int64 (-1 where the table has no block yet).
-        """
-        for t, dtype in ((sampled, torch.int64), (seq_lens, torch.int32), (block_tables, torch.int32),
-                         (input_ids, torch.int64), (positions, torch.int64), (slot_mapping, torch.int64)):
-            if t.dtype != dtype or not t.is_contiguous():
-                raise TypeError(f"build_decode_inputs expects contiguous {dtype} tensors")
-        R = sampled.shape[0]
-        if R:
-            self._k["decode_inputs"](math.ceil(R / 256), 256, sampled, seq_lens, block_tables, block_tables.shape[1],
-                                     block_size, input_ids, positions, slot_mapping, R)

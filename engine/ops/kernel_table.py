@@ -50,8 +50,7 @@ class KernelSpec:
 
 def _specs() -> list[KernelSpec]:
     specs = [KernelSpec("embed", "embedding", "embed_rows", "PPPi"),
-             KernelSpec("decode_inputs", "decode_inputs", "build_decode_inputs", "PPPiiPPPi"),
-             KernelSpec("take_pending", "decode_inputs", "take_pending_tokens", "PPPi"),
+             KernelSpec("take_pending", "pending_tokens", "take_pending_tokens", "PPPi"),
              KernelSpec("plan_decode", "attention_decode", "plan_decode", "PiiifiPPP")]
     for dt in DTYPES:
         specs += [KernelSpec(("rms_norm", dt), "rms_norm", f"rms_norm_{dt}", "PPPPPiif"),

@@ -465,26 +465,6 @@ def test_sample_filtered(ops, top_k, top_p):
         assert torch.equal(scaled.gather(1, mine[:, None]), scaled.max(-1, keepdim=True).values)
 
 
-@pytest.mark.parametrize("R", [1, 257])
-def test_build_decode_inputs(ops, R):
-    bs, width = 16, 9
-    seq_lens = torch.randint(1, bs * width, (R,), dtype=torch.int32, device="cuda")
-    seq_lens[0] = bs * width  # next position falls outside the table -> slot -1
-    tables = torch.randint(0, 1000, (R, width), dtype=torch.int32, device="cuda")
-    sampled = torch.randint(0, 49152, (R,), device="cuda")
-    ids, pos, slots = (torch.full((R,), -7, dtype=torch.int64, device="cuda") for _ in range(3))
-    old = seq_lens.clone()
-    ops.build_decode_inputs(sampled, seq_lens, tables, bs, ids, pos, slots)
-    assert torch.equal(ids, sampled)
-    assert torch.equal(pos, old.long())
-    assert torch.equal(seq_lens, old + 1)
-    blk = (old // bs).long()
-    inside = blk < width
-    expect = torch.where(inside, tables.gather(1, blk.clamp_max(width - 1)[:, None])[:, 0].long() * bs + old % bs,
-                         torch.full_like(pos, -1))
-    assert torch.equal(slots, expect)
-
-
 @pytest.mark.parametrize("n", [1, 300])
 def test_take_pending_tokens(ops, n):
     """The kernel fills exactly the tokens whose source row is set, as the torch contract does."""
