@@ -41,10 +41,9 @@ class Layout:
         """Bytes from the buffer's start through the last row any of `arrays` fills."""
         return max((self.offsets[name] + len(a) * self.row_nbytes(name) for name, a in arrays.items()), default=0)
 
-    def host_views(self, buffer: np.ndarray) -> dict[str, np.ndarray]:
-        """Each slot as a typed array of its full shape over `buffer` (uint8, on the host)."""
-        return {name: buffer[start:start + self.slot_nbytes(name)].view(self.dtypes[name]).reshape(self.shapes[name])
-                for name, start in self.offsets.items()}
+    def host_views(self, buffer: torch.Tensor) -> dict[str, np.ndarray]:
+        """`views` of a host buffer as numpy arrays (the same memory), for `fill`."""
+        return {name: view.numpy() for name, view in self.views(buffer).items()}
 
     def fill(self, slots: dict[str, np.ndarray], arrays: dict[str, np.ndarray]) -> None:
         """Each array into the leading corner of its slot (`host_views`): a [B, w] block table
@@ -73,7 +72,7 @@ def upload(arrays: dict[str, np.ndarray], device: torch.device) -> dict[str, tor
     """The arrays on the device, in one copy of a buffer laid out for them alone."""
     layout = Layout({name: (a.dtype, a.shape) for name, a in arrays.items()})
     staging = torch.empty(layout.nbytes, dtype=torch.uint8, pin_memory=device.type == "cuda")
-    layout.fill(layout.host_views(staging.numpy()), arrays)
+    layout.fill(layout.host_views(staging), arrays)
     return layout.views(staging.to(device, non_blocking=True))
 
 
@@ -92,7 +91,7 @@ class StaticInputs:
         # queued from the other; `_copied` says when a buffer's last copy has run.
         cuda = device.type == "cuda"
         self._staging = [torch.empty(self.layout.nbytes, dtype=torch.uint8, pin_memory=cuda) for _ in range(2)]
-        self._host_views = [self.layout.host_views(s.numpy()) for s in self._staging]
+        self._host_views = [self.layout.host_views(s) for s in self._staging]
         self._copied = [torch.cuda.Event() for _ in range(2)] if cuda else None
         self._turn = 0
 
