@@ -45,8 +45,10 @@ template <typename T> __device__ __forceinline__ float2 unpack2(uint32_t u) {
     return Pair<T>::to_float2(*reinterpret_cast<typename Pair<T>::type*>(&u));
 }
 
-// Eight 16-bit elements of one 16-byte word as floats.
-template <typename T> __device__ __forceinline__ void unpack8(uint4 u, float* f) {
+// Eight consecutive elements as floats. 16-bit types: one 16-byte load; float: two.
+// The pointer must be 16-byte aligned (callers index in multiples of 8 elements).
+template <typename T> __device__ __forceinline__ void load8(const T* p, float* f) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
     const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -54,16 +56,6 @@ template <typename T> __device__ __forceinline__ void unpack8(uint4 u, float* f)
         f[2 * i] = t.x;
         f[2 * i + 1] = t.y;
     }
-}
-// Eight consecutive elements as floats. 16-bit types: one 16-byte load; float: two.
-// The pointer must be 16-byte aligned (callers index in multiples of 8 elements).
-template <typename T> __device__ __forceinline__ void load8(const T* p, float* f) {
-    unpack8<T>(*reinterpret_cast<const uint4*>(p), f);
-}
-// load8 of what other blocks of the running kernel wrote before a grid_barrier: from L2
-// (ld.global.cg), never from a line this SM's L1 may still hold from before.
-template <typename T> __device__ __forceinline__ void load8_l2(const T* p, float* f) {
-    unpack8<T>(__ldcg(reinterpret_cast<const uint4*>(p)), f);
 }
 template <> __device__ __forceinline__ void load8<float>(const float* p, float* f) {
     float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
@@ -126,27 +118,6 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 #if __CUDA_ARCH__ >= 900
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 #endif
-}
-
-// Every block of the grid meets here; what a block wrote before it is visible to every
-// block after it (read it with load8_l2). All blocks must be resident at once: the grid
-// is at most one block per SM (the host's launch) and the kernel before has finished
-// (pdl_start). `counter` is left as found, its low 31 bits zero: block 0 adds
-// 2^31 - (blocks - 1) and every other block 1, so the top bit flips when the last one
-// arrives and not before.
-__device__ __forceinline__ void grid_barrier(unsigned int* counter) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const unsigned int add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
-        __threadfence();
-        const unsigned int before = atomicAdd(counter, add);
-        unsigned int now;
-        do {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(counter) : "memory");
-        } while (((before ^ now) & 0x80000000u) == 0);
-        __threadfence();
-    }
-    __syncthreads();
 }
 
 __device__ __forceinline__ float warp_sum(float x) {

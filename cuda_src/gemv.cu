@@ -18,14 +18,13 @@
 
 namespace {
 constexpr int WARPS = 4, MAX_ROWS = 8, CHUNKS = 4;  // 16-byte W chunks in flight per lane
-constexpr int O_MLP_MAX_WARPS = 12;   // gemv_o_mlp's block: 12 warps leave 170 registers a thread
 enum Prologue { PLAIN, NORM, SILU };
 }
 
 // x' into shared memory as floats. Every thread takes 8-element chunks, so a block
 // issues its loads of x together (a loop of single-element loads would pay one L2
-// round trip per iteration). FROM_L2: x was written by other blocks of this kernel.
-template <typename T, Prologue P, bool FROM_L2 = false>
+// round trip per iteration).
+template <typename T, Prologue P>
 __device__ void prologue(float* xs, const T* __restrict__ x, const float* __restrict__ residual,
                          const T* __restrict__ norm_weight, float* __restrict__ res_out, int M, int K, float eps) {
     __shared__ float inv_rms[MAX_ROWS];
@@ -41,10 +40,7 @@ __device__ void prologue(float* xs, const T* __restrict__ x, const float* __rest
 #pragma unroll
             for (int i = 0; i < 8; ++i) v[i] = to_float(from_float<T>(to_float(from_float<T>(g[i] / (1.f + expf(-g[i])))) * u[i]));
         } else {
-            if (FROM_L2)
-                load8_l2(x + (int64_t)m * K + k, v);
-            else
-                load8(x + (int64_t)m * K + k, v);
+            load8(x + (int64_t)m * K + k, v);
             if (P == NORM && residual) {
                 float r[8];
                 load8(residual + (int64_t)m * K + k, r);
@@ -58,7 +54,7 @@ __device__ void prologue(float* xs, const T* __restrict__ x, const float* __rest
     if (P == NORM) {
         __syncthreads();
         const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-        for (int m = warp; m < M; m += blockDim.x / 32) {   // a warp per row: no block-wide reduction
+        for (int m = warp; m < M; m += WARPS) {   // one warp per row: no block-wide reduction
             float ss = 0.f;
             for (int k = lane; k < K; k += 32) ss += xs[m * K + k] * xs[m * K + k];
             ss = warp_sum(ss);
@@ -237,56 +233,6 @@ __device__ void gemv_norm_qkv_rope(const T* __restrict__ x, const float* __restr
     }
 }
 
-// The rest of a decoder layer after attention, in one kernel: y = down(silu(gate) * up)
-// of gate|up(RMSNorm(o(attn) + residual)), the three gemv kernels above as three phases
-// behind two grid barriers. A kernel boundary at batch 1 costs more than a barrier, and
-// every warp fetches its rows of all three weights before it waits on attention
-// (pdl_start), so after that the phases only read activations. A warp owns output
-// feature `task` of the o and down projections and gate|up pair `task` (silu(gate) * up
-// in registers, rounded as gemv_silu's prologue rounds it). The phases hand over through
-// o_out [M, H] and act [M, I]; block 0 writes the float32 residual to res_out.
-// Launch: a block per SM at most (grid_barrier), O_MLP_MAX_WARPS warps a block at most,
-// a warp per feature of the widest phase; smem = M * max(Ko, H, I) * 4 bytes.
-template <typename T>
-__device__ void gemv_o_mlp(const T* __restrict__ attn, const float* __restrict__ residual,
-                           const T* __restrict__ norm_weight, float* __restrict__ res_out, const T* __restrict__ w_o,
-                           const T* __restrict__ w_gate_up, const T* __restrict__ w_down, T* __restrict__ o_out,
-                           T* __restrict__ act, T* __restrict__ y, unsigned int* barrier, int M, int H, int Ko,
-                           int I, float eps) {
-    extern __shared__ __align__(16) float xs[];
-    const int task = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    const int feature = min(task, H - 1), pair = min(task, I - 1);   // past the end: fetched, not used
-    const T* o_row[1] = {w_o + (int64_t)feature * Ko};
-    const T* gate_up_rows[2] = {w_gate_up + (int64_t)pair * H, w_gate_up + (int64_t)(I + pair) * H};
-    const T* down_row[1] = {w_down + (int64_t)feature * I};
-    uint4 o_first[1][CHUNKS], gate_up_first[2][CHUNKS], down_first[1][CHUNKS];
-    fetch_weights<T, 1>(o_row, Ko, o_first);
-    fetch_weights<T, 2>(gate_up_rows, H, gate_up_first);
-    fetch_weights<T, 1>(down_row, I, down_first);
-    pdl_start();
-
-    prologue<T, PLAIN>(xs, attn, nullptr, nullptr, nullptr, M, Ko, 0.f);
-    if (task < H)
-        dots_then_store<T, 1>(o_row, xs, M, Ko, o_first, [&](int m, const float (&s)[1]) {
-            o_out[(int64_t)m * H + task] = from_float<T>(s[0]);
-        });
-    grid_barrier(barrier);
-
-    prologue<T, NORM, true>(xs, o_out, residual, norm_weight, res_out, M, H, eps);
-    if (task < I)
-        dots_then_store<T, 2>(gate_up_rows, xs, M, H, gate_up_first, [&](int m, const float (&s)[2]) {
-            const float gate = to_float(from_float<T>(s[0])), up = to_float(from_float<T>(s[1]));
-            act[(int64_t)m * I + task] = from_float<T>(to_float(from_float<T>(gate / (1.f + expf(-gate)))) * up);
-        });
-    grid_barrier(barrier);
-
-    prologue<T, PLAIN, true>(xs, act, nullptr, nullptr, nullptr, M, I, 0.f);
-    if (task < H)
-        dots_then_store<T, 1>(down_row, xs, M, I, down_first, [&](int m, const float (&s)[1]) {
-            y[(int64_t)m * H + task] = from_float<T>(s[0]);
-        });
-}
-
 #define GEMV(T, N)                                                                                             \
     extern "C" __global__ void __launch_bounds__(32 * WARPS) gemv_plain_##N(                                  \
         const T* x, const T* w, T* y, int M, int Nout, int K) {                                              \
@@ -307,13 +253,6 @@ __device__ void gemv_o_mlp(const T* __restrict__ attn, const float* __restrict__
         const int64_t* slots, int nh, int nkv, int d) {                                                        \
         gemv_norm_qkv_rope<T>(x, residual, norm_weight, res_out, w, y, M, K, eps, positions, cos_sin, k_cache, \
                               v_cache, slots, nh, nkv, d);                                                     \
-    }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(32 * O_MLP_MAX_WARPS) gemv_o_mlp_##N(                        \
-        const T* attn, const float* residual, const T* norm_weight, float* res_out, const T* w_o,              \
-        const T* w_gate_up, const T* w_down, T* o_out, T* act, T* y, unsigned int* barrier, int M, int H,      \
-        int Ko, int I, float eps) {                                                                            \
-        gemv_o_mlp<T>(attn, residual, norm_weight, res_out, w_o, w_gate_up, w_down, o_out, act, y, barrier, M, \
-                      H, Ko, I, eps);                                                                          \
     }
 GEMV(bf16, bf16)
 GEMV(f16, f16)

@@ -1,7 +1,7 @@
 """The Llama forward pass over a paged KV cache, written against the ops contract.
 
-Everything goes through the ops backend, a layer at a time (a backend may fuse the
-ops inside it). Q/K/V and gate/up
+Everything goes through the ops backend, a layer as its attention block and its
+MLP block (a backend may fuse the ops inside each). Q/K/V and gate/up
 projections are fused into one GEMM each.
 """
 from __future__ import annotations
@@ -129,7 +129,8 @@ class LlamaModel:
         h = ops.embed(token_ids, self.embed)
         residual = None
         for layer, k_cache, v_cache in zip(self.layers, kv_cache[:, 0], kv_cache[:, 1]):
-            h, residual = ops.decoder_layer(h, residual, layer, (k_cache, v_cache), step)
+            h, residual = ops.attention_block(h, residual, layer, (k_cache, v_cache), step)
+            h, residual = ops.mlp_block(h, residual, layer, step)
         out, _ = ops.rms_norm(h, self.norm, self.shape.rms_norm_eps, residual)
         return out
 

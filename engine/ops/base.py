@@ -1,12 +1,11 @@
 """The contract between the model code and an ops backend.
 
 A backend supplies the arithmetic of a Llama forward pass and the sampler. The
-model calls `decoder_layer` a layer, with the layer's weights and the `Step` that
-every layer of the forward pass shares; by default that is `attention_block`, then
-`mlp_block`, each of which runs the ops below in turn, with the GEMMs in torch
-(cuBLAS on the GPU). A backend may fuse them where that pays (the cuda one fuses
-the norm or activation into the GEMM at 1-2 rows, everything after attention into
-one kernel there, and RoPE into decode attention). Every
+model calls two blocks a layer, `attention_block` and `mlp_block`, each with the
+layer's weights and the `Step` that every layer of the forward pass shares.
+By default a block runs the ops below in turn, with the GEMMs in torch (cuBLAS on
+the GPU); a backend may fuse them where that pays (the cuda one fuses the norm or
+activation into the GEMM at 1-2 rows, and RoPE into decode attention). Every
 backend implements the same functions with the same shapes, so the torch backend
 is the oracle the CUDA kernels are tested against.
 
@@ -164,12 +163,6 @@ class Ops(Protocol):
         Returns (out [T, H], float32 residual)."""
         gate_up, residual = self.norm_linear(x, residual, layer.ffn_norm, step.shape.rms_norm_eps, layer.gate_up)
         return self.silu_linear(gate_up, layer.down), residual
-
-    def decoder_layer(self, x: torch.Tensor, residual: torch.Tensor | None, layer: LayerWeights,
-                      kv_cache: torch.Tensor, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
-        """One decoder layer: attention_block, then mlp_block. Returns (out [T, H], float32 residual)."""
-        x, residual = self.attention_block(x, residual, layer, kv_cache, step)
-        return self.mlp_block(x, residual, layer, step)
 
     def logits(self, hidden: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
         """Float32 logits [T, V] of hidden [T, H] with the head [V, H]. Float32, not the

@@ -30,7 +30,6 @@ _CHUNK_ALIGN, _DECODE_BLOCKS_PER_SM = constant("DECODE_CHUNK_ALIGN"), constant("
 _PLAN_THREADS = constant("DECODE_PLAN_THREADS")
 _MIN_BLOCK_SIZE = constant("MIN_BLOCK_SIZE")
 _GEMV_WARPS, _GEMV_KERNEL_MAX_ROWS = constant("GEMV_WARPS"), constant("GEMV_MAX_ROWS")
-_O_MLP_MAX_WARPS = constant("O_MLP_MAX_WARPS")
 _NORM_ROWS = constant("RMS_NORM_ROWS_PER_BLOCK")
 _SMEM_BYTES = 48 * 1024              # the gemv's x' must fit without an opt-in
 # Decode attention fetches the cached K/V of batches this small into L2 before it waits on
@@ -59,18 +58,6 @@ def _dtype_name(t: torch.Tensor) -> str:
     if t.dtype not in _DTYPES:
         raise TypeError(f"cuda ops support bf16, fp16 and float32 tensors, not {t.dtype}")
     return _DTYPES[t.dtype]
-
-
-def o_mlp_launch(H: int, I: int, num_sms: int) -> tuple[int, int] | None:
-    """(blocks, warps a block) of gemv_o_mlp for hidden size H and intermediate size I: a
-    warp per feature of its widest phase, in at most one block per SM (its grid barrier
-    needs every block resident at once) of at most O_MLP_MAX_WARPS warps; None where the
-    layer is too wide for that (it then runs as three gemv kernels)."""
-    widest = max(H, I)
-    warps = math.ceil(widest / num_sms)
-    if warps > _O_MLP_MAX_WARPS:
-        return None
-    return math.ceil(widest / warps), warps
 
 
 @dataclass
@@ -130,9 +117,6 @@ class CudaOps(Ops):
         # launch), item count (written by each plan). One for all launches: they are ordered
         # on the stream, and captured graphs hold its address.
         self.work_queue = torch.zeros(3, dtype=torch.int32, device="cuda")
-        # gemv_o_mlp's grid barrier counter, left as found by every launch; one for all
-        # launches, which the stream orders.
-        self._grid_barrier = torch.zeros(1, dtype=torch.int32, device="cuda")
 
     def plan_step(self, query_lens, seq_lens) -> PrefillTiles | None:
         """A step with prefill: its query tiles at each prefill tile height. Nothing else:
@@ -185,16 +169,6 @@ class CudaOps(Ops):
                                           weight.contiguous(), y, M, N, K, *after, shared=M * K * 4)
         return y
 
-    def _o_mlp_launch(self, x: torch.Tensor, layer) -> tuple[int, int] | None:
-        """gemv_o_mlp's (blocks, warps a block) for this layer at x's rows; None where it
-        does not apply: more rows than the gemv kernels take, or a layer too wide for it."""
-        (M, H), (_, Ko), I = x.shape, layer.o.shape, layer.down.shape[1]
-        if not (M and self._gemv_fits(x, layer.qkv, H) and Ko % 8 == 0 and I % 8 == 0
-                and all(w.dtype == x.dtype and w.dim() == 2 for w in (layer.o, layer.gate_up, layer.down))
-                and M * max(Ko, H, I) * 4 <= _SMEM_BYTES):
-            return None
-        return o_mlp_launch(H, I, self.num_sms)
-
     def linear(self, x, weight):
         if not self._gemv_fits(x, weight, x.shape[-1]):
             return super().linear(x, weight)
@@ -232,24 +206,6 @@ class CudaOps(Ops):
         if not self._gemv_fits(x, weight, K):
             return super().silu_linear(x, weight)
         return self._gemv("gemv_silu", x, weight, K)
-
-    def decoder_layer(self, x, residual, layer, kv_cache, step):
-        """At gemv sizes, everything after attention is one kernel (gemv_o_mlp)."""
-        launch = self._o_mlp_launch(x, layer)
-        if launch is None:
-            return super().decoder_layer(x, residual, layer, kv_cache, step)
-        (M, H), (_, Ko), I = x.shape, layer.o.shape, layer.down.shape[1]
-        q, residual = self.attention_inputs(x, residual, layer, kv_cache, step)
-        attn = self.attention(q, kv_cache, step).view(M, Ko)
-        r = torch.empty((M, H), dtype=torch.float32, device=x.device)
-        o_out, y = torch.empty((2, M, H), dtype=x.dtype, device=x.device)
-        act = torch.empty((M, I), dtype=x.dtype, device=x.device)
-        blocks, warps = launch
-        self._k["gemv_o_mlp", _dtype_name(x)](
-            blocks, 32 * warps, attn, residual, layer.ffn_norm.contiguous(), r, layer.o.contiguous(),
-            layer.gate_up.contiguous(), layer.down.contiguous(), o_out, act, y, self._grid_barrier, M, H, Ko, I,
-            float(step.shape.rms_norm_eps), shared=M * max(Ko, H, I) * 4)
-        return y, r
 
     def logits(self, hidden, head):
         if head.dtype == torch.float32:

@@ -33,7 +33,6 @@ CONSTANTS = {
     "RMS_NORM_ROWS_PER_BLOCK": ("rms_norm.cu", "ROWS_PER_BLOCK", 4),
     "GEMV_WARPS": ("gemv.cu", "WARPS", 4),
     "GEMV_MAX_ROWS": ("gemv.cu", "MAX_ROWS", 8),
-    "O_MLP_MAX_WARPS": ("gemv.cu", "O_MLP_MAX_WARPS", 12),
 }
 
 
@@ -62,8 +61,7 @@ def _specs() -> list[KernelSpec]:
             specs += [KernelSpec(("gemv_plain", dt), "gemv", f"gemv_plain_{dt}", "PPPiii"),
                       KernelSpec(("gemv_norm", dt), "gemv", f"gemv_norm_{dt}", "PPPPPPiiif"),
                       KernelSpec(("gemv_silu", dt), "gemv", f"gemv_silu_{dt}", "PPPiii"),
-                      KernelSpec(("gemv_qkv_rope", dt), "gemv", f"gemv_norm_qkv_rope_{dt}", "PPPPPPiifPPPPPiii"),
-                      KernelSpec(("gemv_o_mlp", dt), "gemv", f"gemv_o_mlp_{dt}", "PPPPPPPPPPPiiiif")]
+                      KernelSpec(("gemv_qkv_rope", dt), "gemv", f"gemv_norm_qkv_rope_{dt}", "PPPPPPiifPPPPPiii")]
         specs += [KernelSpec(("prefill", dt, d, mt), "attention_prefill", f"attn_prefill_{dt}_d{d}_m{mt}",
                              "PlPPPiPPPiiif") for d, mt in PREFILL_SHAPES]
         for d in HEAD_DIMS:

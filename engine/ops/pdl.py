@@ -5,7 +5,7 @@ kernel writes: it waits until the kernel before it has finished and its writes a
 visible, then lets the kernel after it launch. Where the graph's edge between two of
 them is programmatic, the second kernel is launched as soon as every block of the first
 is past that point: its blocks become resident and fetch their weights (before their own
-pdl_start) while the first still runs, instead of after it. At batch 1 a layer is three
+pdl_start) while the first still runs, instead of after it. At batch 1 a layer is five
 kernels of a few µs, each mostly the latency of its first loads; that latency is what
 this hides. Plain edges and eager launches leave the two instructions no-ops.
 

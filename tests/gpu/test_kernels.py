@@ -183,36 +183,6 @@ def test_attention_inputs(ops, dtype, M, nh, nkv, d):
         assert rel_err(mine, theirs) <= tol(dtype)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("seq_lens", [[300], [17, 2000]])          # 1 and 2 rows: the gemv sizes
-def test_decoder_layer_runs_everything_after_attention_in_one_kernel(ops, dtype, seq_lens):
-    """At gemv sizes a decoder layer's output projection, norm, gate|up, SiLU and down
-    projection are one kernel behind grid barriers (gemv_o_mlp): bit for bit what the
-    three gemv kernels give (Ops.decoder_layer on the same ops), the same cache, and the
-    barrier's counter left as it was for the next launch."""
-    nh, nkv, d, H, I, B = 9, 3, 64, 576, 1536, len(seq_lens)
-    _, kv, step = paged_batch([1] * B, seq_lens, nh, nkv, d, dtype)
-    last = torch.tensor(seq_lens, device="cuda") - 1
-    slots = step.meta.block_tables.long().gather(1, (last // 16)[:, None])[:, 0] * 16 + last % 16
-    step = dataclasses.replace(step, positions=last, cos_sin=model_rope_table(nh, nkv, d),
-                               meta=dataclasses.replace(step.meta, slot_mapping=slots))
-    x, res = block_input(B, dtype)
-    layer = dataclasses.replace(
-        attention_layer(nh, nkv, d, dtype), o=torch.randn(H, nh * d, dtype=dtype, device="cuda") * H ** -0.5,
-        ffn_norm=torch.rand(H, dtype=dtype, device="cuda") + 0.5,
-        gate_up=torch.randn(2 * I, H, dtype=dtype, device="cuda") * H ** -0.5,
-        down=torch.randn(H, I, dtype=dtype, device="cuda") * I ** -0.5)
-    assert ops._o_mlp_launch(x, layer) is not None, "the fused kernel does not apply to this layer"
-    kv_ref = kv.clone()
-    poison_next((B, H), dtype)
-    out, r = ops.decoder_layer(x, res, layer, kv, step)
-    ref, ref_r = Ops.decoder_layer(ops, x, res, layer, kv_ref, step)
-    assert not out.isnan().any()
-    assert torch.equal(out, ref) and torch.equal(r, ref_r)
-    assert torch.equal(kv, kv_ref)
-    assert ops._grid_barrier.item() == 0
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("T", [1, 256])
 def test_logits_are_float32_of_the_stored_head(ops, dtype, T):
