@@ -13,7 +13,7 @@
 // 16-byte load). M <= MAX_ROWS, K % 8 == 0.
 // Launch: grid = ceil(N / WARPS), block = 32 * WARPS; each warp owns one output
 // feature n; dynamic smem = M * K * 4 bytes (x' as floats, rounded to T as the
-// unfused ops round it).
+// unfused ops round it), (M + 1) * K * 4 for the NORM kernels (the norm weight too).
 #include "common.cuh"
 
 namespace {
@@ -21,12 +21,24 @@ constexpr int WARPS = 4, MAX_ROWS = 8, CHUNKS = 4;  // 16-byte W chunks in fligh
 enum Prologue { PLAIN, NORM, SILU };
 }
 
-// x' into shared memory as floats. Every thread takes 8-element chunks, so a block
-// issues its loads of x together (a loop of single-element loads would pay one L2
-// round trip per iteration).
+// Before pdl_start, for the NORM prologue: the norm weight (written by no kernel) as
+// floats into shared memory after x' (ws [K]), so the prologue's last pass reads no global
+// memory. Made visible by the prologue's first barrier.
+template <typename T>
+__device__ __forceinline__ void stage_norm_weight(float* ws, const T* __restrict__ norm_weight, int K) {
+    for (int k = threadIdx.x * 8; k < K; k += blockDim.x * 8) {
+        float w[8];
+        load8(norm_weight + k, w);
+        store8(ws + k, w);
+    }
+}
+
+// x' into shared memory as floats (xs [M][K]). Every thread takes 8-element chunks, so a
+// block issues its loads of x together (a loop of single-element loads would pay one L2
+// round trip per iteration). NORM reads the norm weight from ws (stage_norm_weight).
 template <typename T, Prologue P>
 __device__ void prologue(float* xs, const T* __restrict__ x, const float* __restrict__ residual,
-                         const T* __restrict__ norm_weight, float* __restrict__ res_out, int M, int K, float eps) {
+                         const float* ws, float* __restrict__ res_out, int M, int K, float eps) {
     __shared__ float inv_rms[MAX_ROWS];
     const int per_row = K / 8;
 #pragma unroll 4
@@ -52,7 +64,7 @@ __device__ void prologue(float* xs, const T* __restrict__ x, const float* __rest
         store8(xs + m * K + k, v);
     }
     if (P == NORM) {
-        __syncthreads();
+        __syncthreads();                                  // also makes ws visible
         const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
         for (int m = warp; m < M; m += WARPS) {   // one warp per row: no block-wide reduction
             float ss = 0.f;
@@ -65,7 +77,7 @@ __device__ void prologue(float* xs, const T* __restrict__ x, const float* __rest
         for (int c = threadIdx.x; c < M * per_row; c += blockDim.x) {
             const int m = c / per_row, k = (c % per_row) * 8;
             float w[8], v[8];
-            load8(norm_weight + k, w);
+            load8(ws + k, w);
             load8(xs + m * K + k, v);
 #pragma unroll
             for (int i = 0; i < 8; ++i) v[i] = to_float(from_float<T>(w[i] * to_float(from_float<T>(v[i] * inv_rms[m]))));
@@ -166,13 +178,14 @@ template <typename T, Prologue P>
 __device__ void gemv(const T* __restrict__ x, const float* __restrict__ residual, const T* __restrict__ norm_weight,
                      float* __restrict__ res_out, const T* __restrict__ w, T* __restrict__ y,
                      int M, int N, int K, float eps) {
-    extern __shared__ __align__(16) float xs[];     // [M][K]
+    extern __shared__ __align__(16) float xs[];     // [M][K], then NORM's ws [K]
     const int n = blockIdx.x * WARPS + threadIdx.x / 32;
     const T* rows[1] = {w + (int64_t)min(n, N - 1) * K};   // a warp past N fetches a row it will not use
     uint4 first[1][CHUNKS];
     fetch_weights<T, 1>(rows, K, first);
+    if (P == NORM) stage_norm_weight(xs + M * K, norm_weight, K);
     pdl_start();
-    prologue<T, P>(xs, x, residual, norm_weight, res_out, M, K, eps);
+    prologue<T, P>(xs, x, residual, xs + M * K, res_out, M, K, eps);
     if (n >= N) return;
     dots_then_store<T, 1>(rows, xs, M, K, first, [&](int m, const float (&s)[1]) {
         y[(int64_t)m * N + n] = from_float<T>(s[0]);
@@ -202,18 +215,30 @@ __device__ void gemv_norm_qkv_rope(const T* __restrict__ x, const float* __restr
     const T* rows[2] = {w + (int64_t)n * K, w + (int64_t)(task < pairs ? n + half : n) * K};
     uint4 first[2][CHUNKS];
     fetch_weights<T, 2>(rows, K, first);
+    stage_norm_weight(xs + M * K, norm_weight, K);
+    // Each row's rotation and cache slot: the step's uploaded positions and slots and the
+    // RoPE table, written by no kernel, so fetched before pdl_start too.
+    float rot_cos[MAX_ROWS], rot_sin[MAX_ROWS];
+    int64_t slot_of[MAX_ROWS];
+#pragma unroll
+    for (int m = 0; m < MAX_ROWS; ++m) {
+        if (m >= M) break;
+        const float* cs = cos_sin + positions[m] * d;
+        rot_cos[m] = cs[i];
+        rot_sin[m] = cs[half + i];
+        slot_of[m] = slots[m];
+    }
     pdl_start();
-    prologue<T, NORM>(xs, x, residual, norm_weight, res_out, M, K, eps);
+    prologue<T, NORM>(xs, x, residual, xs + M * K, res_out, M, K, eps);
     if (task < pairs) {
         dots_then_store<T, 2>(rows, xs, M, K, first, [&](int m, const float (&dots)[2]) {
             // The GEMM's output rounding, then the rotation in float32, as the unfused ops.
             const float x1 = to_float(from_float<T>(dots[0])), x2 = to_float(from_float<T>(dots[1]));
-            const float* cs = cos_sin + positions[m] * d;
-            const float c = cs[i], s = cs[half + i];
+            const float c = rot_cos[m], s = rot_sin[m];
             const T o1 = from_float<T>(x1 * c - x2 * s), o2 = from_float<T>(x2 * c + x1 * s);
             y[(int64_t)m * N + n] = o1;
             y[(int64_t)m * N + n + half] = o2;
-            const int64_t slot = slots[m];
+            const int64_t slot = slot_of[m];
             if (h >= nh && slot >= 0) {
                 T* kc = k_cache + (slot * nkv + (h - nh)) * d;
                 kc[i] = o1;
@@ -227,7 +252,7 @@ __device__ void gemv_norm_qkv_rope(const T* __restrict__ x, const float* __restr
         dots_then_store<T, 1>(row, xs, M, K, first_row, [&](int m, const float (&dots)[1]) {
             const T o = from_float<T>(dots[0]);
             y[(int64_t)m * N + n] = o;
-            const int64_t slot = slots[m];
+            const int64_t slot = slot_of[m];
             if (slot >= 0) v_cache[slot * nkv * d + j] = o;
         });
     }

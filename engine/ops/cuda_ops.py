@@ -54,6 +54,11 @@ def _rope_inputs(step) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return positions, cos_sin, slots
 
 
+def _gemv_smem(M: int, K: int, norm: bool) -> int:
+    """A gemv kernel's dynamic shared memory: x' as floats, and the NORM kernels' norm weight."""
+    return (M + norm) * K * 4
+
+
 def _dtype_name(t: torch.Tensor) -> str:
     if t.dtype not in _DTYPES:
         raise TypeError(f"cuda ops support bf16, fp16 and float32 tensors, not {t.dtype}")
@@ -154,11 +159,11 @@ class CudaOps(Ops):
     # At a row or two (decode of one or two sequences) our gemv kernels fuse the norm
     # or activation into the GEMM; above that, the separate ops and cuBLAS.
 
-    def _gemv_fits(self, x: torch.Tensor, weight: torch.Tensor, K: int) -> bool:
+    def _gemv_fits(self, x: torch.Tensor, weight: torch.Tensor, K: int, norm: bool = False) -> bool:
         return (x.dim() == 2 and x.shape[0] <= min(self.gemv_max_rows, _GEMV_KERNEL_MAX_ROWS)
                 and x.dtype == weight.dtype
                 and x.dtype in (torch.bfloat16, torch.float16) and weight.shape[1] == K and K % 8 == 0
-                and x.shape[0] * K * 4 <= _SMEM_BYTES)
+                and _gemv_smem(x.shape[0], K, norm) <= _SMEM_BYTES)
 
     def _gemv(self, kind: str, x: torch.Tensor, weight: torch.Tensor, K: int, between=(), after=()) -> torch.Tensor:
         """Launch a gemv kernel: its arguments are x, `between`, W, y, M, N, K, `after`."""
@@ -166,7 +171,8 @@ class CudaOps(Ops):
         y = torch.empty((M, N), dtype=x.dtype, device=x.device)
         if M:
             self._k[kind, _dtype_name(x)](math.ceil(N / _GEMV_WARPS), 32 * _GEMV_WARPS, x.contiguous(), *between,
-                                          weight.contiguous(), y, M, N, K, *after, shared=M * K * 4)
+                                          weight.contiguous(), y, M, N, K, *after,
+                                          shared=_gemv_smem(M, K, kind == "gemv_norm"))
         return y
 
     def linear(self, x, weight):
@@ -175,7 +181,7 @@ class CudaOps(Ops):
         return self._gemv("gemv_plain", x, weight, x.shape[1])
 
     def norm_linear(self, x, residual, norm_weight, eps, weight):
-        if not self._gemv_fits(x, weight, x.shape[-1]):
+        if not self._gemv_fits(x, weight, x.shape[-1], norm=True):
             return super().norm_linear(x, residual, norm_weight, eps, weight)
         r = torch.empty(x.shape, dtype=torch.float32, device=x.device)
         y = self._gemv("gemv_norm", x, weight, x.shape[1], (_float_residual(residual), norm_weight.contiguous(), r),
@@ -185,7 +191,7 @@ class CudaOps(Ops):
     def attention_inputs(self, x, residual, layer, kv_cache, step):
         s = step.shape
         nh, nkv, d = s.num_heads, s.num_kv_heads, s.head_dim
-        if not self._gemv_fits(x, layer.qkv, x.shape[-1]) or layer.qkv.shape[0] != (nh + 2 * nkv) * d:
+        if not self._gemv_fits(x, layer.qkv, x.shape[-1], norm=True) or layer.qkv.shape[0] != (nh + 2 * nkv) * d:
             return super().attention_inputs(x, residual, layer, kv_cache, step)
         M, K = x.shape
         k_cache, v_cache = kv_cache
@@ -198,7 +204,7 @@ class CudaOps(Ops):
                 math.ceil(tasks / _GEMV_WARPS), 32 * _GEMV_WARPS, x.contiguous(), _float_residual(residual),
                 layer.attn_norm.contiguous(), r,
                 layer.qkv.contiguous(), y, M, K, float(s.rms_norm_eps), positions, cos_sin, k_cache, v_cache,
-                slots, nh, nkv, d, shared=M * K * 4)
+                slots, nh, nkv, d, shared=_gemv_smem(M, K, norm=True))
         return y[:, :nh * d].view(M, nh, d), r
 
     def silu_linear(self, x, weight):
@@ -229,12 +235,14 @@ class CudaOps(Ops):
     def attention_block(self, x, residual, layer, kv_cache, step):
         s, meta = step.shape, step.meta
         nh, nkv, d = s.num_heads, s.num_kv_heads, s.head_dim
-        if (meta.max_query_len != 1 or self._gemv_fits(x, layer.qkv, x.shape[-1])
+        if (meta.max_query_len != 1 or self._gemv_fits(x, layer.qkv, x.shape[-1], norm=True)
                 or layer.qkv.shape[0] != (nh + 2 * nkv) * d):
             # Prefill, or a decode batch small enough for the gemv kernel that fuses RoPE itself.
+            self._plan_before_projection(step)
             return super().attention_block(x, residual, layer, kv_cache, step)
         # Decode: RoPE and the new k, v's cache write happen inside the attention kernel
         # (one launch a layer fewer: rope_and_cache was 3.3 us of a B=256 layer).
+        self._plan_before_projection(step)
         qkv, residual = self.norm_linear(x, residual, layer.attn_norm, s.rms_norm_eps, layer.qkv)
         q = qkv[:, :nh * d].view(qkv.shape[0], nh, d)
         rope = _rope_inputs(step)
@@ -318,18 +326,27 @@ class CudaOps(Ops):
                                work.row_plan, work.items, self.work_queue)
         return work
 
+    def _plan_before_projection(self, step) -> None:
+        """A decode step's work list, made once, before its first layer's q|k|v projection:
+        every layer's attention kernel is then at least two kernels after plan_decode, and
+        reads its first item before it waits on the kernel before it (attn_decode)."""
+        meta, s = step.meta, step.shape
+        if meta.max_query_len == 1 and meta.device_plan is None and meta.seq_lens.shape[0]:
+            meta.device_plan = self.plan_decode(meta, s.num_heads, s.num_kv_heads, s.head_dim)
+
     def _decode(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs, rope=None):
         G = nh // nkv
         if G not in DECODE_GROUPS:
             raise ValueError(f"cuda decode attention is built for {DECODE_GROUPS} query heads per KV head, not {G}")
-        if meta.device_plan is None:      # the step's first layer plans for all of them
+        plan_ready = meta.device_plan is not None   # made before the projection (or an earlier layer)
+        if not plan_ready:
             meta.device_plan = self.plan_decode(meta, nh, nkv, d)
         work = meta.device_plan
         self._k["decode", dt, d, G](
             work.grid, _DECODE_THREADS, q, q.stride(0), k_cache, v_cache, meta.block_tables,
             meta.block_tables.shape[1], meta.seq_lens, meta.query_start_loc, out, work.part_o, work.part_ml,
             self._counters(B * nkv, q.device), nh, nkv, bs, float(scale), *(rope or (None, None, None)),
-            work.row_plan, work.items, self.work_queue, B if B <= _KV_PREFETCH_MAX_ROWS else 0,
+            work.row_plan, work.items, self.work_queue, B if B <= _KV_PREFETCH_MAX_ROWS else 0, int(plan_ready),
             shared=G * work.max_chunk * 4)
 
     def _counters(self, n: int, device) -> torch.Tensor:
