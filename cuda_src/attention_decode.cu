@@ -27,8 +27,7 @@
 // one block per slot, at most one per item), block 128, dynamic smem = G * max_chunk * 4
 // bytes; split_counters [B * nkv] int32 and queue[0..1] zero before the first launch
 // (every launch leaves them zero); prefetch_rows: rows whose cached K/V it fetches into
-// L2 before it waits for the kernel before it (0: none; see prefetch_cached_kv);
-// plan_ready: 1 where plan_decode ran before the kernel before this one (see attn_decode).
+// L2 before it waits for the kernel before it (0: none; see prefetch_cached_kv).
 #include "common.cuh"
 
 namespace {
@@ -268,77 +267,43 @@ __device__ __forceinline__ void rope_inputs(const T* row, int kvh, int nh, int n
         for (int j = threadIdx.x; j < D; j += THREADS) v_cache[(slot * nkv + kvh) * D + j] = row[(nh + nkv + kvh) * D + j];
 }
 
-// A work item: chunk `split` (of `chunk` keys) of sequence b, KV head kvh, with what
-// take_item reads for it; its partials go to workspace row first_split + split.
-struct Item {
-    int b, kvh, split, chunk, first_split;
-    int L, tok;                                    // the sequence's length and its query's row
-    const float* cs;                               // its RoPE row (fused rope only)
-    int64_t slot;                                  // the new token's cache slot (fused rope only)
-};
-
-// Takes the queue's next item of `count`: false when none is left. Reads the item, its
-// sequence's inputs and its block-table slice into `blocks` (row addresses then need no
-// dependent global load of the table); the caller's next barrier makes `blocks` visible.
-// The plan's arrays are read from L2 (__ldcg): plan_decode rewrites them every step.
-__device__ bool take_item(int* queue, int count, const int2* items, const int2* row_plan, const int* seq_lens,
-                          const int* query_start_loc, const int* block_tables, int max_blocks, int bs,
-                          const int64_t* positions, const float* cos_sin, const int64_t* slots, int D,
-                          int* blocks, Item& item) {
-    __shared__ int next;
-    if (threadIdx.x == 0) next = atomicAdd(&queue[0], 1);
-    __syncthreads();
-    const int i = next;
-    if (i >= count) return false;
-    const int2 packed = __ldcg(&items[i]);
-    const int2 row = __ldcg(&row_plan[packed.x]);
-    item.b = packed.x;
-    item.kvh = packed.y & 255;
-    item.split = packed.y >> 8;
-    item.chunk = row.x;
-    item.first_split = row.y;
-    item.L = seq_lens[item.b];
-    item.tok = query_start_loc[item.b];
-    if (cos_sin) {
-        item.cs = cos_sin + positions[item.tok] * D;
-        item.slot = slots[item.tok];
-    }
-    const int bs_shift = __ffs(bs) - 1;
-    const int start = item.split * item.chunk, end = min(item.L, start + item.chunk);
-    const int first = start >> bs_shift;
-    const int* table = block_tables + (int64_t)item.b * max_blocks;
-    for (int j = threadIdx.x; j <= ((end - 1) >> bs_shift) - first; j += THREADS) blocks[j] = table[first + j];
-    return true;
-}
-
-// One work item (take_item's); `blocks` holds its block-table slice.
+// One work item: chunk `split` (of `chunk` keys) of sequence b, KV head kvh; its partials
+// go to workspace row first_split + split.
 template <typename T, int D, int G>
 __device__ void decode_item(const T* __restrict__ q, int64_t q_stride, T* k_cache, T* v_cache,
+                            const int* __restrict__ block_tables, int max_blocks,
+                            const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc,
                             T* __restrict__ out, float* __restrict__ part_o, float2* __restrict__ part_ml,
                             int* __restrict__ split_counters, int nh, int nkv, int bs, float scale,
-                            bool fused_rope, const int* blocks, const Item& item) {
+                            const int64_t* __restrict__ positions, const float* __restrict__ cos_sin,
+                            const int64_t* __restrict__ slots, int b, int kvh, int split, int chunk, int first_split) {
     constexpr int DPT = D / DIM_LANES;
     extern __shared__ float scores[];              // [G][chunk]
     __shared__ __align__(16) float qs[G][D];       // pre-scaled queries
     __shared__ float red[THREADS / 32][G][D];      // cross-warp reduction of pass 2
     __shared__ float stat_m[G], stat_l[G];
+    __shared__ int blocks[MAX_SPLIT_BLOCKS];       // the chunk's block-table slice
     __shared__ bool last_split;
 
-    const int b = item.b, kvh = item.kvh, chunk = item.chunk, L = item.L, tok = item.tok;
-    const int start = item.split * chunk, end = min(L, start + chunk);
+    const int L = seq_lens[b];
+    const int start = split * chunk, end = min(L, start + chunk);
     const int used = (L + chunk - 1) / chunk;      // chunks of this sequence
+    const int tok = query_start_loc[b];
+    const int* table = block_tables + (int64_t)b * max_blocks;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int key_lane = tid / DIM_LANES, lane8 = tid % DIM_LANES, d0 = lane8 * DPT;
     constexpr int P = padded_heads(G), LOG2_P = P == 8 ? 3 : P == 4 ? 2 : P == 2 ? 1 : 0;
 
-    if (fused_rope)   // the caches are not __restrict__/const: this block may write the row it then reads
-        rope_inputs<T, D, G>(q + tok * q_stride, kvh, nh, nkv, item.cs, item.slot, end == L && item.slot >= 0,
-                             k_cache, v_cache, qs, scale);
+    if (cos_sin)   // the caches are not __restrict__/const: this block may write the row it then reads
+        rope_inputs<T, D, G>(q + tok * q_stride, kvh, nh, nkv, cos_sin + positions[tok] * D, slots[tok],
+                             end == L && slots[tok] >= 0, k_cache, v_cache, qs, scale);
     else
         for (int i = tid; i < G * D; i += THREADS)
             qs[i / D][i % D] = to_float(q[tok * q_stride + (int64_t)(kvh * G) * D + i]) * scale;
+    // Row addresses then need no dependent global load of the block table.
     const int bs_shift = __ffs(bs) - 1;            // the host keeps bs a power of two: no divisions per row
     const int first = start >> bs_shift;
+    for (int i = tid; i <= ((end - 1) >> bs_shift) - first; i += THREADS) blocks[i] = table[first + i];
     __syncthreads();
 
     // Pass 1: scores. This thread's query dims live in registers: shared-memory reads
@@ -445,11 +410,11 @@ __device__ void decode_item(const T* __restrict__ q, int64_t q_stride, T* k_cach
         float o = 0.f;
 #pragma unroll
         for (int w = 0; w < THREADS / 32; ++w) o += red[w][g][dim];
-        store_split<T, D>(o, stat_m[g], stat_l[g], dim, used, tok, kvh * G + g, item.first_split + item.split, nh,
-                          out, part_o, part_ml);
+        store_split<T, D>(o, stat_m[g], stat_l[g], dim, used, tok, kvh * G + g, first_split + split, nh, out,
+                          part_o, part_ml);
     }
     if (used > 1)
-        combine_splits<T, D, G>(kvh, b, tok, used, item.first_split, nh, nkv, out, part_o, part_ml, split_counters,
+        combine_splits<T, D, G>(kvh, b, tok, used, first_split, nh, nkv, out, part_o, part_ml, split_counters,
                                 last_split);
 }
 
@@ -473,41 +438,28 @@ __device__ __forceinline__ void prefetch_cached_kv(const T* k_cache, const T* v_
 }
 
 // The persistent loop: take the next item of the plan's list until none is left; the last
-// block to finish resets the queue for the next launch. plan_ready: the plan was made before
-// the kernel that precedes this one (so that kernel was launched after plan_decode had
-// finished, see pdl_start): the first item is then taken, with its inputs and block-table
-// slice, before pdl_start, while that kernel still runs. Every input it reads there is the
-// plan's or uploaded by the host; the queue was reset by the previous attention launch.
+// block to finish resets the queue for the next launch.
 template <typename T, int D, int G>
 __device__ void attn_decode(const T* q, int64_t q_stride, T* k_cache, T* v_cache, const int* block_tables,
                             int max_blocks, const int* seq_lens, const int* query_start_loc, T* out, float* part_o,
                             float2* part_ml, int* split_counters, int nh, int nkv, int bs, float scale,
                             const int64_t* positions, const float* cos_sin, const int64_t* slots,
                             const int2* __restrict__ row_plan, const int2* __restrict__ items, int* queue,
-                            int prefetch_rows, int plan_ready) {
+                            int prefetch_rows) {
     prefetch_cached_kv<T, D>(k_cache, v_cache, block_tables, max_blocks, seq_lens, prefetch_rows, nkv, bs);
-    __shared__ int blocks[MAX_SPLIT_BLOCKS];       // the item's block-table slice
-    Item item;
-    auto take = [&](int count) {
-        return take_item(queue, count, items, row_plan, seq_lens, query_start_loc, block_tables, max_blocks, bs,
-                         positions, cos_sin, slots, D, blocks, item);
-    };
-    int count = 0;
-    bool taken = false;
-    if (plan_ready) {
-        count = __ldcg(&queue[2]);
-        taken = take(count);
-    }
     pdl_start();
-    if (!plan_ready) {
-        count = queue[2];
-        taken = take(count);
-    }
-    while (taken) {
-        decode_item<T, D, G>(q, q_stride, k_cache, v_cache, out, part_o, part_ml, split_counters, nh, nkv, bs, scale,
-                             cos_sin != nullptr, blocks, item);
+    __shared__ int next;
+    const int count = queue[2];
+    for (;;) {
+        if (threadIdx.x == 0) next = atomicAdd(&queue[0], 1);
+        __syncthreads();
+        const int i = next;
+        if (i >= count) break;
+        const int2 item = items[i], row = row_plan[item.x];
+        decode_item<T, D, G>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens, query_start_loc,
+                             out, part_o, part_ml, split_counters, nh, nkv, bs, scale, positions, cos_sin, slots,
+                             item.x, item.y & 255, item.y >> 8, row.x, row.y);
         __syncthreads();   // every thread has read `next`, and the item's shared memory is free
-        taken = take(count);
     }
     if (threadIdx.x == 0 && atomicAdd(&queue[1], 1) == gridDim.x - 1) {
         queue[0] = 0;      // no block takes another item: the next launch starts from the top
@@ -522,10 +474,10 @@ __device__ void attn_decode(const T* q, int64_t q_stride, T* k_cache, T* v_cache
         const int* seq_lens, const int* query_start_loc, T* out, float* part_o, float2* part_ml,               \
         int* split_counters, int nh, int nkv, int bs, float scale, const int64_t* positions,                   \
         const float* cos_sin, const int64_t* slots, const int2* row_plan, const int2* items, int* queue,       \
-        int prefetch_rows, int plan_ready) {                                                                   \
+        int prefetch_rows) {                                                                                   \
         attn_decode<T, D, G>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens,                 \
                              query_start_loc, out, part_o, part_ml, split_counters, nh, nkv, bs, scale,         \
-                             positions, cos_sin, slots, row_plan, items, queue, prefetch_rows, plan_ready);     \
+                             positions, cos_sin, slots, row_plan, items, queue, prefetch_rows);                 \
     }
 // One kernel per exact G (a compile-time head count: no per-key tests of it).
 #define DECODE_DIM(T, N, D) DECODE(T, N, D, 1) DECODE(T, N, D, 2) DECODE(T, N, D, 3) DECODE(T, N, D, 4) DECODE(T, N, D, 8)

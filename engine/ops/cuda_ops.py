@@ -238,11 +238,9 @@ class CudaOps(Ops):
         if (meta.max_query_len != 1 or self._gemv_fits(x, layer.qkv, x.shape[-1], norm=True)
                 or layer.qkv.shape[0] != (nh + 2 * nkv) * d):
             # Prefill, or a decode batch small enough for the gemv kernel that fuses RoPE itself.
-            self._plan_before_projection(step)
             return super().attention_block(x, residual, layer, kv_cache, step)
         # Decode: RoPE and the new k, v's cache write happen inside the attention kernel
         # (one launch a layer fewer: rope_and_cache was 3.3 us of a B=256 layer).
-        self._plan_before_projection(step)
         qkv, residual = self.norm_linear(x, residual, layer.attn_norm, s.rms_norm_eps, layer.qkv)
         q = qkv[:, :nh * d].view(qkv.shape[0], nh, d)
         rope = _rope_inputs(step)
@@ -326,27 +324,18 @@ class CudaOps(Ops):
                                work.row_plan, work.items, self.work_queue)
         return work
 
-    def _plan_before_projection(self, step) -> None:
-        """A decode step's work list, made once, before its first layer's q|k|v projection:
-        every layer's attention kernel is then at least two kernels after plan_decode, and
-        reads its first item before it waits on the kernel before it (attn_decode)."""
-        meta, s = step.meta, step.shape
-        if meta.max_query_len == 1 and meta.device_plan is None and meta.seq_lens.shape[0]:
-            meta.device_plan = self.plan_decode(meta, s.num_heads, s.num_kv_heads, s.head_dim)
-
     def _decode(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs, rope=None):
         G = nh // nkv
         if G not in DECODE_GROUPS:
             raise ValueError(f"cuda decode attention is built for {DECODE_GROUPS} query heads per KV head, not {G}")
-        plan_ready = meta.device_plan is not None   # made before the projection (or an earlier layer)
-        if not plan_ready:
+        if meta.device_plan is None:      # the step's first layer plans for all of them
             meta.device_plan = self.plan_decode(meta, nh, nkv, d)
         work = meta.device_plan
         self._k["decode", dt, d, G](
             work.grid, _DECODE_THREADS, q, q.stride(0), k_cache, v_cache, meta.block_tables,
             meta.block_tables.shape[1], meta.seq_lens, meta.query_start_loc, out, work.part_o, work.part_ml,
             self._counters(B * nkv, q.device), nh, nkv, bs, float(scale), *(rope or (None, None, None)),
-            work.row_plan, work.items, self.work_queue, B if B <= _KV_PREFETCH_MAX_ROWS else 0, int(plan_ready),
+            work.row_plan, work.items, self.work_queue, B if B <= _KV_PREFETCH_MAX_ROWS else 0,
             shared=G * work.max_chunk * 4)
 
     def _counters(self, n: int, device) -> torch.Tensor:

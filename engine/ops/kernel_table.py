@@ -66,7 +66,7 @@ def _specs() -> list[KernelSpec]:
                              "PlPPPiPPPiiif") for d, mt in PREFILL_SHAPES]
         for d in HEAD_DIMS:
             specs += [KernelSpec(("decode", dt, d, g), "attention_decode", f"attn_decode_{dt}_d{d}_g{g}",
-                                 "PlPPPiPPPPPPiiifPPPPPPii") for g in DECODE_GROUPS]
+                                 "PlPPPiPPPPPPiiifPPPPPPi") for g in DECODE_GROUPS]
     return specs
 
 
