@@ -87,17 +87,16 @@ __device__ void sample(const T* __restrict__ logits, int V, const float* __restr
         // 8 elements a load where the row allows (a row of floats is 2 loads): the loop
         // then keeps many loads in flight, not one 4-byte load per iteration. Each thread
         // sees its indices in ascending order, so its first max is kept.
-        const bool vec = V % 8 == 0 && (uintptr_t)x % 16 == 0;
-        const int scalar_from = vec ? V : 0;
+        const int vector_end = V % 8 == 0 && (uintptr_t)x % 16 == 0 ? V : 0;   // the rest one at a time
 #pragma unroll 4
-        for (int c = threadIdx.x * 8; c < (vec ? V : 0); c += blockDim.x * 8) {
+        for (int c = threadIdx.x * 8; c < vector_end; c += blockDim.x * 8) {
             float v[8];
             load8(x + c, v);
 #pragma unroll
             for (int j = 0; j < 8; ++j)
                 if (v[j] > best) { best = v[j]; best_i = c + j; }
         }
-        for (int i = scalar_from + threadIdx.x; i < V; i += blockDim.x) {
+        for (int i = vector_end + threadIdx.x; i < V; i += blockDim.x) {
             const float v = to_float(x[i]);
             if (v > best) { best = v; best_i = i; }
         }
