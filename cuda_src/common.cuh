@@ -98,7 +98,8 @@ template <> __device__ __forceinline__ uint4 load8_as<f16, f16>(const f16* p) {
 }
 
 // Programmatic dependent launch (sm_90). Every kernel calls pdl_start() before it reads
-// anything another kernel writes; before it, it may only fetch weights. Where a CUDA
+// anything another kernel writes; before it, it may only fetch what no kernel writes (weights,
+// the RoPE table, the step's inputs the host uploads before the graph runs). Where a CUDA
 // graph's edge into a kernel is programmatic (engine/ops/pdl.py), the kernel is launched
 // once every block of the one before it has started, and waits in pdl_start until that one
 // has finished and its writes are visible. Only then does it let the kernel after it
