@@ -1,11 +1,13 @@
-"""Kernel micro-benchmarks: decode attention against the device copy ceiling, and
-the small-batch linear layers (our fused gemv kernels against norm/activation +
-cuBLAS) as a decode step's CUDA graph runs them.
+"""Kernel micro-benchmarks: decode attention against the device copy ceiling, the
+small-batch linear layers (our fused gemv kernels against norm/activation + cuBLAS)
+and the decode GEMM at each of its tiles against cuBLAS, as a decode step's CUDA graph
+runs them (plain edges: these are the kernels' own times, not what programmatic
+launch overlaps).
 
 Times each case as replays of a CUDA graph of 20 calls (CUDA events, after warm-up,
 median of many replays); attention calls rotate over several KV caches so that
 repeated runs do not time the L2 cache.
-Usage: python3 benchmarks/kernels.py [--only attention|linear]
+Usage: python3 benchmarks/kernels.py [--only attention|linear|gemm]
 """
 from __future__ import annotations
 
@@ -134,14 +136,38 @@ def linear(ops):
               f"{graph_us(lambda i: F.linear(hidden.float(), head32), stream):>21.2f}  (right: the float32 head)")
 
 
+def gemm(ops):
+    """SmolLM2-135M's four projections (bf16) at decode batch sizes: our GEMM at each tile
+    (* the one gemm_tile picks) against cuBLAS."""
+    from engine.ops.kernel_table import GEMM_TILES
+    dt = torch.bfloat16
+    stream = ops.new_stream()
+    print(f"{'GEMM (rows x K -> N), us':<28} " + " ".join(f"{f'{bm}x{bn}':>8}" for bm, bn in GEMM_TILES)
+          + f" {'cuBLAS':>8}")
+    for M in (8, 16, 32, 64, 128, 256):
+        for K, N in ((576, 960), (576, 576), (576, 3072), (1536, 576)):
+            w = torch.randn(N, K, dtype=dt, device="cuda")
+            x = torch.randn(M, K, dtype=dt, device="cuda")
+            picked = ops.gemm_tile(M, N)
+            cells = [f"{graph_us(lambda i: ops.gemm(x, w, t), stream):>7.2f}{'*' if t == picked else ' '}"
+                     for t in GEMM_TILES]
+            print(f"{f'{M} x {K} -> {N}':<28} " + " ".join(cells) + f" {graph_us(lambda i: F.linear(x, w), stream):>8.2f}")
+
+
+SECTIONS = ("attention", "linear", "gemm")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", choices=("attention", "linear"))
+    ap.add_argument("--only", choices=SECTIONS)
     args = ap.parse_args()
-    if args.only != "linear":
-        attention(CudaOps())
-    if args.only != "attention":
-        linear(CudaOps(EngineConfig.from_env(model="", backend="cuda", gemv_max_rows=8)))
+    for section in [args.only] if args.only else SECTIONS:
+        if section == "attention":
+            attention(CudaOps())
+        elif section == "linear":
+            linear(CudaOps(EngineConfig.from_env(model="", backend="cuda", gemv_max_rows=8)))
+        else:
+            gemm(CudaOps())
 
 
 if __name__ == "__main__":

@@ -19,31 +19,13 @@
 // their K/V reads meet in L2.
 #include <type_traits>
 
-#include "common.cuh"
+#include "mma.cuh"
 
 namespace {
 constexpr int THREADS = 128, WARPS = 4, BN = 64, PAD = 8;  // PAD: 16 bytes per row against bank conflicts
 constexpr int ROWS_PER_M_TILE = 64;                          // a block's query rows per m-tile of each warp
 constexpr int BLOCKS_PER_SM = 2;                             // the registers of 128 threads at MT = 2 allow 2
 static_assert(ROWS_PER_M_TILE == WARPS * 16, "one m16 tile per warp");
-}
-
-// c += a b on the tensor cores, fp32 accumulation; Op (bf16 or f16) is the operand type.
-template <typename Op>
-__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
-template <>
-__device__ __forceinline__ void mma<bf16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma<f16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // (a, b) as two operand pairs: hi = Op(a, b), lo = Op of what hi missed.
@@ -53,27 +35,6 @@ __device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t&
     const float2 h = unpack2<Op>(hi);
     lo = pack2<Op>(a - h.x, b - h.y);
 }
-
-__device__ __forceinline__ uint32_t smem_address(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-// Four 8x8 matrices of 16-bit values; lanes 8i..8i+7 give the row addresses of matrix i.
-// Plain: B fragments from a [n][k] tile (K); .trans: from a [k][n] tile (V).
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(row)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(row)));
-}
-
-// 16 bytes from global to shared memory without a register round trip; zeros when !valid.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all_but_newest() { asm volatile("cp.async.wait_group 1;\n" ::); }
 
 template <typename Op, int D> using KVTile = Op[BN][D + PAD];
 
@@ -160,7 +121,7 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
             load_kv_tile<T, Op, D>(ks[stage ^ 1], vs[stage ^ 1], k_cache, v_cache, table, bs_shift, nkv, kvh,
                                    kv0 + BN, kv_end);
         cp_async_commit();                  // (an empty group on the last tile keeps the count uniform)
-        cp_async_wait_all_but_newest();     // this thread's copies of tile t have landed ...
+        cp_async_wait<1>();                 // this thread's copies of tile t have landed ...
         __syncthreads();                    // ... and everyone's
         const KVTile<Op, D>& kt = ks[stage];
         const KVTile<Op, D>& vt = vs[stage];

@@ -20,6 +20,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
 ENV_OVERRIDES = {"decode_slack": ("ROADGATE_DECODE_SLACK", float),
                  "prefill_m_tiles": ("ROADGATE_PREFILL_M_TILES", int),
                  "gemv_max_rows": ("ROADGATE_GEMV_MAX_ROWS", int),
+                 "gemm_max_rows": ("ROADGATE_GEMM_MAX_ROWS", int),
                  "cuda_debug": ("ROADGATE_CUDA_DEBUG", lambda v: v not in ("", "0")),
                  "programmatic_launch": ("ROADGATE_PROGRAMMATIC_LAUNCH", lambda v: v not in ("", "0"))}
 
@@ -50,6 +51,9 @@ class EngineConfig:
     # The gemv kernels take up to 8 rows but beat norm/activation + cuBLAS only up to
     # about 2 (benchmarks/kernels.py: 1 row 12.6 vs 21.3 µs a layer, 4 rows 24.4 vs 21.9).
     gemv_max_rows: int = 2
+    # Past the gemv rows, up to this many rows go through our tensor-core GEMM
+    # (cuda_src/gemm.cu), which programmatic edges join; beyond it (prefill) cuBLAS. 0: cuBLAS.
+    gemm_max_rows: int = 256
     cuda_debug: bool = False              # synchronize and check after every kernel launch
     # Programmatic edges between our kernels in CUDA graphs (engine.ops.pdl): a kernel's
     # blocks launch and prefetch its weights while the kernel before it still runs.
@@ -77,8 +81,8 @@ class EngineConfig:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.prefill_m_tiles not in (0, 1, 2):
             raise ValueError(f"prefill_m_tiles must be 0 (chosen per step), 1 or 2, not {self.prefill_m_tiles}")
-        if self.decode_slack < 1 or self.gemv_max_rows < 0:
-            raise ValueError("decode_slack must be >= 1 and gemv_max_rows >= 0")
+        if self.decode_slack < 1 or self.gemv_max_rows < 0 or self.gemm_max_rows < 0:
+            raise ValueError("decode_slack must be >= 1, gemv_max_rows and gemm_max_rows >= 0")
 
     @classmethod
     def from_env(cls, model: str, environ=os.environ, **settings) -> EngineConfig:

@@ -17,7 +17,7 @@ import torch
 from engine.config import EngineConfig
 from engine.ops import cuda_build
 from engine.ops.base import Ops, SamplingTensors
-from engine.ops.kernel_table import DECODE_GROUPS, KERNELS, PREFILL_SHAPES, constant
+from engine.ops.kernel_table import DECODE_GROUPS, GEMM_TILES, KERNELS, PREFILL_SHAPES, constant
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 # Shared with cuda_src/ through the kernel table, which a CPU test checks against the sources.
@@ -31,6 +31,7 @@ _PLAN_THREADS = constant("DECODE_PLAN_THREADS")
 _MIN_BLOCK_SIZE = constant("MIN_BLOCK_SIZE")
 _GEMV_WARPS, _GEMV_KERNEL_MAX_ROWS = constant("GEMV_WARPS"), constant("GEMV_MAX_ROWS")
 _NORM_ROWS = constant("RMS_NORM_ROWS_PER_BLOCK")
+_GEMM_BK, _GEMM_PAD, _GEMM_STAGES = constant("GEMM_BK"), constant("GEMM_PAD"), constant("GEMM_STAGES")
 _SMEM_BYTES = 48 * 1024              # the gemv's x' must fit without an opt-in
 # Decode attention fetches the cached K/V of batches this small into L2 before it waits on
 # the kernel before it (a few hundred KB a layer; at larger batches the step is bandwidth-bound).
@@ -107,6 +108,7 @@ class CudaOps(Ops):
         self.decode_slack = config.decode_slack
         self.forced_m_tiles = config.prefill_m_tiles
         self.gemv_max_rows = config.gemv_max_rows
+        self.gemm_max_rows = config.gemm_max_rows
         try:
             cubins = cuda_build.build_all(f"sm_{major}{minor}")
         except RuntimeError as e:
@@ -157,7 +159,8 @@ class CudaOps(Ops):
 
     # ------------------------------------------------------------ linear layers
     # At a row or two (decode of one or two sequences) our gemv kernels fuse the norm
-    # or activation into the GEMM; above that, the separate ops and cuBLAS.
+    # or activation into the GEMM; above that, the separate ops and our tensor-core GEMM,
+    # and past gemm_max_rows (prefill) cuBLAS.
 
     def _gemv_fits(self, x: torch.Tensor, weight: torch.Tensor, K: int, norm: bool = False) -> bool:
         return (x.dim() == 2 and x.shape[0] <= min(self.gemv_max_rows, _GEMV_KERNEL_MAX_ROWS)
@@ -176,9 +179,40 @@ class CudaOps(Ops):
         return y
 
     def linear(self, x, weight):
-        if not self._gemv_fits(x, weight, x.shape[-1]):
-            return super().linear(x, weight)
-        return self._gemv("gemv_plain", x, weight, x.shape[1])
+        if self._gemv_fits(x, weight, x.shape[-1]):
+            return self._gemv("gemv_plain", x, weight, x.shape[1])
+        if self._gemm_fits(x, weight):
+            return self.gemm(x, weight)
+        return super().linear(x, weight)
+
+    # Past the gemv rows, a decode batch's GEMMs are ours too (cuda_src/gemm.cu): the
+    # programmatic edges of a CUDA graph join our kernels only.
+
+    def _gemm_fits(self, x: torch.Tensor, weight: torch.Tensor) -> bool:
+        return (x.dim() == 2 and x.shape[0] <= self.gemm_max_rows and x.dtype == weight.dtype
+                and x.dtype in (torch.bfloat16, torch.float16) and weight.shape[1] == x.shape[1]
+                and x.shape[1] % _GEMM_BK == 0 and weight.shape[0] % 8 == 0
+                and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0)   # cp.async copies 16 bytes
+
+    def gemm_tile(self, M: int, N: int) -> tuple[int, int]:
+        """The output tile of an M x N GEMM: the largest whose grid still has a block for
+        every SM, else the one with the most blocks (the SMs, not the tile, set the pace)."""
+        def blocks(tile):
+            return math.ceil(M / tile[0]) * math.ceil(N / tile[1])
+        by_size = sorted(GEMM_TILES, key=lambda t: (t[0] * t[1], t[0]), reverse=True)
+        return next((t for t in by_size if blocks(t) >= self.num_sms), max(by_size, key=blocks))
+
+    def gemm(self, x: torch.Tensor, weight: torch.Tensor, tile: tuple[int, int] | None = None) -> torch.Tensor:
+        """x [M, K] @ weight [N, K]^T on our tensor-core kernel, at `tile` (default: gemm_tile)."""
+        M, K = x.shape
+        N = weight.shape[0]
+        y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+        if M and N:
+            bm, bn = tile or self.gemm_tile(M, N)
+            self._k["gemm", _dtype_name(x), bm, bn](
+                (math.ceil(M / bm), math.ceil(N / bn)), 128, x.contiguous(), weight.contiguous(), y, M, N, K,
+                shared=_GEMM_STAGES * (bm + bn) * (_GEMM_BK + _GEMM_PAD) * x.element_size())
+        return y
 
     def norm_linear(self, x, residual, norm_weight, eps, weight):
         if not self._gemv_fits(x, weight, x.shape[-1], norm=True):

@@ -15,6 +15,7 @@ from engine.model import rope_cos_sin
 from engine.config import EngineConfig
 from engine.model_config import ModelConfig
 from engine.ops.base import AttentionMetadata, LayerShape, LayerWeights, Ops, SamplingTensors, Step
+from engine.ops.kernel_table import GEMM_TILES
 from engine.ops.torch_ops import TorchOps
 
 pytestmark = pytest.mark.gpu
@@ -107,7 +108,7 @@ def test_silu_and_mul(ops, dtype, T, I):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("M", [1, 3, 8, 9])      # 9 rows: past the gemv kernels, the cuBLAS path
+@pytest.mark.parametrize("M", [1, 3, 8, 9, 300])  # 9: past the gemv kernels (our GEMM); 300: past it (cuBLAS)
 @pytest.mark.parametrize("K,N", [(576, 960), (576, 3072), (1536, 576), (64, 5)])
 def test_linear_layers(ops_all_gemv_rows, dtype, M, K, N):
     ops = ops_all_gemv_rows
@@ -127,6 +128,31 @@ def test_linear_layers(ops_all_gemv_rows, dtype, M, K, N):
     gate_up = torch.randn(M, 2 * K, dtype=dtype, device="cuda") * 3
     poison_next((M, N), dtype)
     assert rel_err(ops.silu_linear(gate_up, w), REF.silu_linear(gate_up, w)) <= tol(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("tile", GEMM_TILES)
+@pytest.mark.parametrize("M", [3, 16, 17, 100, 256])
+@pytest.mark.parametrize("K,N", [(576, 960), (1536, 576), (2048, 40), (64, 8)])
+def test_gemm_at_every_tile(ops, dtype, tile, M, K, N):
+    """Our tensor-core GEMM against torch's, every tile at row and column counts that do and
+    do not fill it (unwritten outputs stay NaN and fail)."""
+    w = torch.randn(N, K, dtype=dtype, device="cuda") * K ** -0.5
+    x = torch.randn(M, K, dtype=dtype, device="cuda")
+    poison_next((M, N), dtype)
+    assert rel_err(ops.gemm(x, w, tile), REF.linear(x, w)) <= tol(dtype)
+
+
+def test_gemm_tile_fills_the_gpu(ops):
+    """The largest tile that still gives every SM a block; the most blocks where none does."""
+    sizes = {t: t[0] * t[1] for t in GEMM_TILES}
+    for M, N in [(256, 3072), (256, 960), (256, 576), (64, 576), (9, 576)]:
+        tile = ops.gemm_tile(M, N)
+        blocks = {t: math.ceil(M / t[0]) * math.ceil(N / t[1]) for t in GEMM_TILES}
+        if blocks[tile] >= ops.num_sms:
+            assert all(sizes[t] <= sizes[tile] for t in GEMM_TILES if blocks[t] >= ops.num_sms)
+        else:
+            assert blocks[tile] == max(blocks.values())
 
 
 def attention_layer(nh, nkv, d, dtype, H=576):
