@@ -142,7 +142,7 @@ def gemm(ops):
     from engine.ops.kernel_table import GEMM_TILES
     dt = torch.bfloat16
     stream = ops.new_stream()
-    print(f"{'GEMM (rows x K -> N), us':<28} " + " ".join(f"{f'{bm}x{bn}':>8}" for bm, bn in GEMM_TILES)
+    print(f"{'GEMM (rows x K -> N), us':<28} " + " ".join(f"{'x'.join(map(str, t)):>8}" for t in GEMM_TILES)
           + f" {'cuBLAS':>8}")
     for M in (8, 16, 32, 64, 128, 256):
         for K, N in ((576, 960), (576, 576), (576, 3072), (1536, 576)):

@@ -9,16 +9,19 @@
 //
 // Tiles: a block computes BM x BN outputs with 4 warps, WM x WN of them (WM = 1 for
 // BM = 16, else 2), each (16 MT) x (8 NT) outputs of mma.sync m16n8k16. K goes through
-// shared memory BK = 64 columns at a time, STAGES deep, with cp.async; x rows past M and W
-// rows past N are zeros, and their outputs are not stored.
+// shared memory BK = 64 columns at a time with cp.async, STAGES - 1 chunks in flight: these
+// GEMMs are a few µs, so the time is round trips to memory, and a SmolLM2 K of 576 (9 chunks)
+// is in flight at once with 10 stages. x rows past M and W rows past N are zeros, and their
+// outputs are not stored.
 // Layout: x [M, K], W [N, K] (torch's linear weight), y [M, N], all row-major;
 // K % BK == 0 and N % 8 == 0 (the host checks).
 // Launch: grid = (ceil(M / BM), ceil(N / BN)) (the m-tiles of one W tile side by side,
 // so they meet in L2), block 128, dynamic smem = STAGES (BM + BN) (BK + PAD) 2 bytes.
+// Kernels: gemm_<dtype>_<BM>x<BN>x<STAGES>.
 #include "mma.cuh"
 
 namespace {
-constexpr int THREADS = 128, WARPS = 4, BK = 64, PAD = 8, STAGES = 4;  // PAD: against bank conflicts
+constexpr int THREADS = 128, WARPS = 4, BK = 64, PAD = 8;  // PAD: against bank conflicts
 }
 
 template <typename T> using TileRow = T[BK + PAD];
@@ -36,7 +39,7 @@ __device__ __forceinline__ void load_tile(TileRow<T>* tile, const T* __restrict_
     }
 }
 
-template <typename T, int BM, int BN>
+template <typename T, int BM, int BN, int STAGES>
 __device__ void gemm(const T* __restrict__ x, const T* __restrict__ W, T* __restrict__ y, int M, int N, int K) {
     constexpr int WM = BM == 16 ? 1 : 2, WN = WARPS / WM, MT = BM / (16 * WM), NT = BN / (8 * WN);
     static_assert(MT * 16 * WM == BM && NT * 8 * WN == BN, "the warps tile the block");
@@ -110,11 +113,12 @@ __device__ void gemm(const T* __restrict__ x, const T* __restrict__ W, T* __rest
         }
 }
 
-#define GEMM(T, N, BM, BN)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(THREADS) gemm_##N##_##BM##x##BN(const T* x, const T* W, T* y, \
-                                                                                 int M, int Nout, int K) {     \
-        gemm<T, BM, BN>(x, W, y, M, Nout, K);                                                               \
+#define GEMM(T, N, BM, BN, S)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(THREADS) gemm_##N##_##BM##x##BN##x##S(                      \
+        const T* x, const T* W, T* y, int M, int Nout, int K) {                                               \
+        gemm<T, BM, BN, S>(x, W, y, M, Nout, K);                                                             \
     }
-#define GEMM_TILES(T, N) GEMM(T, N, 16, 64) GEMM(T, N, 32, 32) GEMM(T, N, 32, 64) GEMM(T, N, 64, 32) GEMM(T, N, 64, 64)
+#define GEMM_TILES(T, N) \
+    GEMM(T, N, 16, 64, 10) GEMM(T, N, 32, 32, 10) GEMM(T, N, 64, 32, 10) GEMM(T, N, 64, 64, 10) GEMM(T, N, 128, 64, 6)
 GEMM_TILES(bf16, bf16)
 GEMM_TILES(f16, f16)

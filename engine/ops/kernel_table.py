@@ -16,8 +16,8 @@ HEAD_DIMS = (64, 128)
 DECODE_GROUPS = (1, 2, 3, 4, 8)   # query heads per KV head the decode kernel is built for (exactly)
 # (head dim, m-tiles of 16 query rows per warp) the prefill kernel is built for.
 PREFILL_SHAPES = ((64, 1), (64, 2), (128, 1))
-# (rows, columns) of the output tiles the decode GEMM is built for.
-GEMM_TILES = ((16, 64), (32, 32), (32, 64), (64, 32), (64, 64))
+# (rows, columns, pipeline stages) of the output tiles the decode GEMM is built for.
+GEMM_TILES = ((16, 64, 10), (32, 32, 10), (64, 32, 10), (64, 64, 10), (128, 64, 6))
 
 # The host's name -> (source, the source's name, value): `constexpr int NAME = value` there.
 CONSTANTS = {
@@ -37,7 +37,6 @@ CONSTANTS = {
     "GEMV_MAX_ROWS": ("gemv.cu", "MAX_ROWS", 8),
     "GEMM_BK": ("gemm.cu", "BK", 64),
     "GEMM_PAD": ("gemm.cu", "PAD", 8),
-    "GEMM_STAGES": ("gemm.cu", "STAGES", 4),
 }
 
 
@@ -67,7 +66,8 @@ def _specs() -> list[KernelSpec]:
                       KernelSpec(("gemv_norm", dt), "gemv", f"gemv_norm_{dt}", "PPPPPPiiif"),
                       KernelSpec(("gemv_silu", dt), "gemv", f"gemv_silu_{dt}", "PPPiii"),
                       KernelSpec(("gemv_qkv_rope", dt), "gemv", f"gemv_norm_qkv_rope_{dt}", "PPPPPPiifPPPPPiii")]
-            specs += [KernelSpec(("gemm", dt, bm, bn), "gemm", f"gemm_{dt}_{bm}x{bn}", "PPPiii") for bm, bn in GEMM_TILES]
+            specs += [KernelSpec(("gemm", dt, *tile), "gemm", "gemm_{}_{}x{}x{}".format(dt, *tile), "PPPiii")
+                      for tile in GEMM_TILES]
         specs += [KernelSpec(("prefill", dt, d, mt), "attention_prefill", f"attn_prefill_{dt}_d{d}_m{mt}",
                              "PlPPPiPPPiiif") for d, mt in PREFILL_SHAPES]
         for d in HEAD_DIMS:
