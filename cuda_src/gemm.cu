@@ -13,11 +13,17 @@
 // GEMMs are a few µs, so the time is round trips to memory, and a SmolLM2 K of 576 (9 chunks)
 // is in flight at once with 10 stages. x rows past M and W rows past N are zeros, and their
 // outputs are not stored.
+// Split K: a cluster of SPLIT blocks (the grid's z) shares one output tile, each block a
+// share of K's chunks; their partial sums meet in shared memory, and each block adds up its
+// slice of the tile's rows over the cluster's blocks in rank order (distributed shared
+// memory; the same order every run). Few rows make few tiles: this spreads W over more SMs.
 // Layout: x [M, K], W [N, K] (torch's linear weight), y [M, N], all row-major;
 // K % BK == 0 and N % 8 == 0 (the host checks).
-// Launch: grid = (ceil(M / BM), ceil(N / BN)) (the m-tiles of one W tile side by side,
+// Launch: grid = (ceil(M / BM), ceil(N / BN), SPLIT) (the m-tiles of one W tile side by side,
 // so they meet in L2), block 128, dynamic smem = STAGES (BM + BN) (BK + PAD) 2 bytes.
-// Kernels: gemm_<dtype>_<BM>x<BN>x<STAGES>.
+// Kernels: gemm_<dtype>_<BM>x<BN>x<STAGES>_k<SPLIT>.
+#include <cooperative_groups.h>
+
 #include "mma.cuh"
 
 namespace {
@@ -39,24 +45,25 @@ __device__ __forceinline__ void load_tile(TileRow<T>* tile, const T* __restrict_
     }
 }
 
-template <typename T, int BM, int BN, int STAGES>
+template <typename T, int BM, int BN, int STAGES, int SPLIT>
 __device__ void gemm(const T* __restrict__ x, const T* __restrict__ W, T* __restrict__ y, int M, int N, int K) {
     constexpr int WM = BM == 16 ? 1 : 2, WN = WARPS / WM, MT = BM / (16 * WM), NT = BN / (8 * WN);
     static_assert(MT * 16 * WM == BM && NT * 8 * WN == BN, "the warps tile the block");
     extern __shared__ __align__(16) unsigned char smem[];
     TileRow<T>* xs = reinterpret_cast<TileRow<T>*>(smem);   // [STAGES][BM]
     TileRow<T>* ws = xs + STAGES * BM;                      // [STAGES][BN]
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN, chunks = K / BK;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    const int k_first = blockIdx.z * (K / BK) / SPLIT * BK, chunks = (blockIdx.z + 1) * (K / BK) / SPLIT - k_first / BK;
 
     // Before the wait: the block's W rows into L2, and its first STAGES - 1 W tiles (one
     // commit group); then x's tiles, a group each, so chunk c's wait covers both.
     if (threadIdx.x == 0) prefetch_l2(W + (int64_t)n0 * K, min(BN, N - n0) * K * (int)sizeof(T));
     for (int s = 0; s < STAGES - 1; ++s)
-        if (s < chunks) load_tile<T, BN>(ws + s * BN, W, N, K, n0, s * BK);
+        if (s < chunks) load_tile<T, BN>(ws + s * BN, W, N, K, n0, k_first + s * BK);
     cp_async_commit();
     pdl_start();
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < chunks) load_tile<T, BM>(xs + s * BM, x, M, K, m0, s * BK);
+        if (s < chunks) load_tile<T, BM>(xs + s * BM, x, M, K, m0, k_first + s * BK);
         cp_async_commit();
     }
 
@@ -68,8 +75,8 @@ __device__ void gemm(const T* __restrict__ x, const T* __restrict__ W, T* __rest
         __syncthreads();               // ... and everyone's; and chunk c - 1's slot is free
         const int next = c + STAGES - 1;
         if (next < chunks) {
-            load_tile<T, BM>(xs + next % STAGES * BM, x, M, K, m0, next * BK);
-            load_tile<T, BN>(ws + next % STAGES * BN, W, N, K, n0, next * BK);
+            load_tile<T, BM>(xs + next % STAGES * BM, x, M, K, m0, k_first + next * BK);
+            load_tile<T, BN>(ws + next % STAGES * BN, W, N, K, n0, k_first + next * BK);
         }
         cp_async_commit();             // (empty past the last chunk: the count stays uniform)
         const TileRow<T>* xt = xs + c % STAGES * BM + wm * MT * 16;
@@ -98,27 +105,58 @@ __device__ void gemm(const T* __restrict__ x, const T* __restrict__ W, T* __rest
 
     // Each lane holds rows g and g + 8 of each 16 x 8 tile, columns 2q and 2q + 1.
     const int g = lane / 4, q2 = lane % 4 * 2;
+    if constexpr (SPLIT == 1) {
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-            const int col = n0 + (wn * NT + nt) * 8 + q2;
+            for (int nt = 0; nt < NT; ++nt) {
+                const int col = n0 + (wn * NT + nt) * 8 + q2;
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = m0 + (wm * MT + mt) * 16 + g + 8 * h;
-                if (row < M && col < N)
-                    *reinterpret_cast<uint32_t*>(y + (int64_t)row * N + col) =
-                        pack2<T>(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+                for (int h = 0; h < 2; ++h) {
+                    const int row = m0 + (wm * MT + mt) * 16 + g + 8 * h;
+                    if (row < M && col < N)
+                        *reinterpret_cast<uint32_t*>(y + (int64_t)row * N + col) =
+                            pack2<T>(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+                }
             }
+    } else {
+        static_assert(BM % SPLIT == 0 && BM * BN * 4 <= STAGES * (BM + BN) * (BK + PAD) * 2, "");
+        float2* part = reinterpret_cast<float2*>(smem);   // [BM][BN / 2]: the stages are done with
+        cp_async_wait<0>();
+        __syncthreads();
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    part[((wm * MT + mt) * 16 + g + 8 * h) * (BN / 2) + ((wn * NT + nt) * 8 + q2) / 2] =
+                        make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+        cluster.sync();
+        const int rank = cluster.block_rank(), rows = BM / SPLIT;
+        for (int i = threadIdx.x; i < rows * BN / 2; i += THREADS) {
+            const int r = rank * rows + i / (BN / 2), c = i % (BN / 2);
+            float2 sum = make_float2(0.f, 0.f);
+            for (int q = 0; q < SPLIT; ++q) {
+                const float2 p = *cluster.map_shared_rank(&part[r * (BN / 2) + c], q);
+                sum.x += p.x;
+                sum.y += p.y;
+            }
+            const int row = m0 + r, col = n0 + 2 * c;
+            if (row < M && col < N) *reinterpret_cast<uint32_t*>(y + (int64_t)row * N + col) = pack2<T>(sum.x, sum.y);
         }
+        cluster.sync();   // every block's partial sums stay until the whole cluster has read them
+    }
 }
 
-#define GEMM(T, N, BM, BN, S)                                                                                 \
-    extern "C" __global__ void __launch_bounds__(THREADS) gemm_##N##_##BM##x##BN##x##S(                      \
-        const T* x, const T* W, T* y, int M, int Nout, int K) {                                               \
-        gemm<T, BM, BN, S>(x, W, y, M, Nout, K);                                                             \
+#define GEMM(T, N, BM, BN, S, SPLIT)                                                                        \
+    extern "C" __global__ void __cluster_dims__(1, 1, SPLIT) __launch_bounds__(THREADS)                     \
+        gemm_##N##_##BM##x##BN##x##S##_k##SPLIT(const T* x, const T* W, T* y, int M, int Nout, int K) {     \
+        gemm<T, BM, BN, S, SPLIT>(x, W, y, M, Nout, K);                                                     \
     }
-#define GEMM_TILES(T, N) \
-    GEMM(T, N, 16, 64, 10) GEMM(T, N, 32, 32, 10) GEMM(T, N, 64, 32, 10) GEMM(T, N, 64, 64, 10) GEMM(T, N, 128, 64, 6)
+#define GEMM_TILES(T, N)                                                                                   \
+    GEMM(T, N, 16, 64, 10, 1) GEMM(T, N, 16, 64, 7, 4) GEMM(T, N, 32, 32, 10, 1) GEMM(T, N, 32, 64, 7, 2) \
+    GEMM(T, N, 64, 32, 10, 1) GEMM(T, N, 64, 64, 10, 1) GEMM(T, N, 64, 64, 7, 2) GEMM(T, N, 128, 64, 6, 1)
 GEMM_TILES(bf16, bf16)
 GEMM_TILES(f16, f16)

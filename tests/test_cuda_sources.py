@@ -57,9 +57,10 @@ def test_an_installed_roadgate_carries_the_kernel_sources(tmp_path):
 
 def _kernel_definitions(source: str):
     """(pattern of the exported name, parameter list, the text after it) of each `extern "C"`
-    kernel; a macro's ##N## parts stand for letters and digits."""
+    kernel, past attributes such as __launch_bounds__(...); a macro's ##N## parts stand for
+    letters and digits."""
     text = source.replace("\\\n", " ")
-    for m in re.finditer(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*(?:\([^)]*\))?[^)]*\) )?'
+    for m in re.finditer(r'extern "C" __global__ void\s+(?:__\w+__\((?:[^()]|\([^)]*\))*\)\s*)*'
                          r'([\w#]+)\s*\(([^)]*)\)', text):
         name = re.escape(m[1]).replace(r"\#\#", "##")
         name = re.sub(r"##\w+##|##\w+", "[A-Za-z0-9]+", name)

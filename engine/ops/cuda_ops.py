@@ -194,24 +194,26 @@ class CudaOps(Ops):
                 and x.shape[1] % _GEMM_BK == 0 and weight.shape[0] % 8 == 0
                 and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0)   # cp.async copies 16 bytes
 
-    def gemm_tile(self, M: int, N: int) -> tuple[int, int, int]:
-        """The tile (rows, columns, stages) of an M x N GEMM: the largest whose grid still has
-        a block for every SM, else the one with the most blocks (the SMs, not the tile, set
-        the pace)."""
+    def gemm_tile(self, M: int, N: int) -> tuple[int, int, int, int]:
+        """The tile (rows, columns, stages, K split) of an M x N GEMM: the largest whose grid
+        still has a block for every SM, else the one with the most blocks (the SMs, not the
+        tile, set the pace)."""
         def blocks(tile):
-            return math.ceil(M / tile[0]) * math.ceil(N / tile[1])
-        by_size = sorted(GEMM_TILES, key=lambda t: (t[0] * t[1], t[0]), reverse=True)
+            return math.ceil(M / tile[0]) * math.ceil(N / tile[1]) * tile[3]
+        by_size = sorted(GEMM_TILES, key=lambda t: (t[0] * t[1], t[0], -t[3]), reverse=True)
         return next((t for t in by_size if blocks(t) >= self.num_sms), max(by_size, key=blocks))
 
-    def gemm(self, x: torch.Tensor, weight: torch.Tensor, tile: tuple[int, int, int] | None = None) -> torch.Tensor:
+    def gemm(self, x: torch.Tensor, weight: torch.Tensor, tile: tuple[int, int, int, int] | None = None
+             ) -> torch.Tensor:
         """x [M, K] @ weight [N, K]^T on our tensor-core kernel, at `tile` (default: gemm_tile)."""
         M, K = x.shape
         N = weight.shape[0]
         y = torch.empty((M, N), dtype=x.dtype, device=x.device)
         if M and N:
-            bm, bn, stages = tile or self.gemm_tile(M, N)
-            self._k["gemm", _dtype_name(x), bm, bn, stages](
-                (math.ceil(M / bm), math.ceil(N / bn)), 128, x.contiguous(), weight.contiguous(), y, M, N, K,
+            tile = tile or self.gemm_tile(M, N)
+            bm, bn, stages, split = tile
+            self._k["gemm", _dtype_name(x), *tile](
+                (math.ceil(M / bm), math.ceil(N / bn), split), 128, x.contiguous(), weight.contiguous(), y, M, N, K,
                 shared=stages * (bm + bn) * (_GEMM_BK + _GEMM_PAD) * x.element_size())
         return y
 

@@ -16,8 +16,9 @@ HEAD_DIMS = (64, 128)
 DECODE_GROUPS = (1, 2, 3, 4, 8)   # query heads per KV head the decode kernel is built for (exactly)
 # (head dim, m-tiles of 16 query rows per warp) the prefill kernel is built for.
 PREFILL_SHAPES = ((64, 1), (64, 2), (128, 1))
-# (rows, columns, pipeline stages) of the output tiles the decode GEMM is built for.
-GEMM_TILES = ((16, 64, 10), (32, 32, 10), (64, 32, 10), (64, 64, 10), (128, 64, 6))
+# (rows, columns, pipeline stages, blocks splitting K) of the output tiles the decode GEMM is built for.
+GEMM_TILES = ((16, 64, 10, 1), (16, 64, 7, 4), (32, 32, 10, 1), (32, 64, 7, 2), (64, 32, 10, 1), (64, 64, 10, 1),
+              (64, 64, 7, 2), (128, 64, 6, 1))
 
 # The host's name -> (source, the source's name, value): `constexpr int NAME = value` there.
 CONSTANTS = {
@@ -66,7 +67,7 @@ def _specs() -> list[KernelSpec]:
                       KernelSpec(("gemv_norm", dt), "gemv", f"gemv_norm_{dt}", "PPPPPPiiif"),
                       KernelSpec(("gemv_silu", dt), "gemv", f"gemv_silu_{dt}", "PPPiii"),
                       KernelSpec(("gemv_qkv_rope", dt), "gemv", f"gemv_norm_qkv_rope_{dt}", "PPPPPPiifPPPPPiii")]
-            specs += [KernelSpec(("gemm", dt, *tile), "gemm", "gemm_{}_{}x{}x{}".format(dt, *tile), "PPPiii")
+            specs += [KernelSpec(("gemm", dt, *tile), "gemm", "gemm_{}_{}x{}x{}_k{}".format(dt, *tile), "PPPiii")
                       for tile in GEMM_TILES]
         specs += [KernelSpec(("prefill", dt, d, mt), "attention_prefill", f"attn_prefill_{dt}_d{d}_m{mt}",
                              "PlPPPiPPPiiif") for d, mt in PREFILL_SHAPES]

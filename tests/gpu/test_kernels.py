@@ -148,7 +148,7 @@ def test_gemm_tile_fills_the_gpu(ops):
     sizes = {t: t[0] * t[1] for t in GEMM_TILES}
     for M, N in [(256, 3072), (256, 960), (256, 576), (64, 576), (9, 576)]:
         tile = ops.gemm_tile(M, N)
-        blocks = {t: math.ceil(M / t[0]) * math.ceil(N / t[1]) for t in GEMM_TILES}
+        blocks = {t: math.ceil(M / t[0]) * math.ceil(N / t[1]) * t[3] for t in GEMM_TILES}
         if blocks[tile] >= ops.num_sms:
             assert all(sizes[t] <= sizes[tile] for t in GEMM_TILES if blocks[t] >= ops.num_sms)
         else:
