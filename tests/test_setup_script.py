@@ -9,10 +9,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / ".ci" / "setup-venv.sh"
-# `python -m venv DIR` makes DIR/bin/pip, which logs its arguments and prints a line of output.
+# `python -m venv DIR` makes DIR/bin/pip, which logs its arguments (and CMAKE_ARGS, the
+# flags a source build gets, where set) and prints a line of output.
 FAKE_PYTHON = """#!/bin/sh
 mkdir -p "$3/bin"
-printf '#!/bin/sh\\necho "$*" >> %s\\necho pip-says-hello\\n' "$PIP_LOG" > "$3/bin/pip"
+printf '#!/bin/sh\\necho "$*${CMAKE_ARGS:+ CMAKE_ARGS=$CMAKE_ARGS}" >> %s\\necho pip-says-hello\\n' "$PIP_LOG" > "$3/bin/pip"
 chmod +x "$3/bin/pip"
 """
 
@@ -36,7 +37,19 @@ def test_each_step_is_announced_and_pip_is_quiet_in_a_log(tmp_path):
     assert "setup: installing torch==9.9 (2 of 5, the largest download) ..." in out
     assert out.splitlines()[-1].startswith("setup: done in ")
     calls = _pip_calls(tmp_path)
-    assert len(calls) == 5 and all(call.startswith("install -q ") for call in calls)
+    assert len(calls) == 6 and all(call.startswith("install -q ") for call in calls)
+
+
+def test_llama_cpp_is_built_without_amx_and_not_from_the_wheel_cache(tmp_path):
+    """Built for the CPU's vector extensions by name, never -march=native, whose AMX matmul
+    crashed on the model's weights; the one call that gets these flags."""
+    subprocess.run([SCRIPT], env=_env(tmp_path), capture_output=True, check=True)
+    builds = [call for call in _pip_calls(tmp_path) if "CMAKE_ARGS=" in call]
+    assert len(builds) == 1 and builds[0].startswith("install -q --no-cache-dir llama-cpp-python==")
+    flags = builds[0].split("CMAKE_ARGS=")[1].split()
+    assert {"-DGGML_NATIVE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_BF16=OFF"} <= set(flags)
+    if " avx2 " in Path("/proc/cpuinfo").read_text().replace("\n", " "):
+        assert "-DGGML_AVX2=ON" in flags
 
 
 def test_pip_shows_its_own_progress_on_a_terminal(tmp_path):
