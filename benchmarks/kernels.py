@@ -105,12 +105,14 @@ def attention(ops):
 
 
 def linear(ops):
-    """SmolLM2-135M's four projections at decode batch sizes, bf16; `ops` must take the gemv
-    kernels at every row count they serve (gemv_max_rows=8)."""
-    print(f"{'layer (rows x K -> N)':<36} {'fused ops us':>12} {'norm/act + cuBLAS us':>21}")
+    """SmolLM2-135M's four projections at decode batch sizes, bf16, with the op before each
+    fused (gemv kernels up to 8 rows, our GEMM past them) against that op + cuBLAS; `ops`
+    must take the gemv kernels at every row count they serve (gemv_max_rows=8) and our
+    GEMM up to 256 rows."""
+    print(f"{'layer (rows x K -> N)':<36} {'fused ops us':>12} {'norm/act + cuBLAS us':>21} {'+ our GEMM us':>14}")
     dt = torch.bfloat16
     stream = ops.new_stream()
-    for M in (1, 2, 4, 8):
+    for M in (1, 2, 4, 8, 16, 64, 256):
         for name, K, N in (("norm+qkv", 576, 960), ("o", 576, 576), ("norm+gate_up", 576, 3072),
                            ("silu+down", 1536, 576)):
             w = torch.randn(N, K, dtype=dt, device="cuda")
@@ -118,16 +120,19 @@ def linear(ops):
             if name.startswith("norm"):
                 x = torch.randn(M, K, dtype=dt, device="cuda")
                 ours = lambda i: ops.norm_linear(x, res, norm_w, 1e-5, w)  # noqa: E731
-                theirs = lambda i: F.linear(ops.rms_norm(x, norm_w, 1e-5, res)[0], w)  # noqa: E731
+                op = lambda: ops.rms_norm(x, norm_w, 1e-5, res)[0]  # noqa: E731
             elif name.startswith("silu"):
                 x = torch.randn(M, 2 * K, dtype=dt, device="cuda")
                 ours = lambda i: ops.silu_linear(x, w)  # noqa: E731
-                theirs = lambda i: F.linear(ops.silu_and_mul(x), w)  # noqa: E731
+                op = lambda: ops.silu_and_mul(x)  # noqa: E731
             else:
                 x = torch.randn(M, K, dtype=dt, device="cuda")
                 ours = lambda i: ops.linear(x, w)  # noqa: E731
-                theirs = lambda i: F.linear(x, w)  # noqa: E731
-            print(f"{f'{name} ({M} x {K} -> {N})':<36} {graph_us(ours, stream):>12.2f} {graph_us(theirs, stream):>21.2f}")
+                op = lambda: x  # noqa: E731
+            # The op, then our GEMM unfused: what fusing it saves (past the gemv rows).
+            unfused = f"{graph_us(lambda i: ops.gemm('gemm_plain', op(), w, K), stream):>14.2f}" if M > 8 else ""
+            print(f"{f'{name} ({M} x {K} -> {N})':<36} {graph_us(ours, stream):>12.2f} "
+                  f"{graph_us(lambda i: F.linear(op(), w), stream):>21.2f} {unfused}")
     for M in (1, 256):
         hidden = torch.randn(M, 576, dtype=dt, device="cuda")
         head = torch.randn(49152, 576, dtype=dt, device="cuda")
@@ -148,8 +153,9 @@ def gemm(ops):
         for K, N in ((576, 960), (576, 576), (576, 3072), (1536, 576)):
             w = torch.randn(N, K, dtype=dt, device="cuda")
             x = torch.randn(M, K, dtype=dt, device="cuda")
-            picked = ops.gemm_tile(M, N)
-            cells = [f"{graph_us(lambda i: ops.gemm(x, w, t), stream):>7.2f}{'*' if t == picked else ' '}"
+            picked = ops.gemm_tile("gemm_plain", M, N, K)
+            cells = [f"{graph_us(lambda i: ops.gemm('gemm_plain', x, w, K, tile=t), stream):>7.2f}"
+                     f"{'*' if t == picked else ' '}"
                      for t in GEMM_TILES]
             print(f"{f'{M} x {K} -> {N}':<28} " + " ".join(cells) + f" {graph_us(lambda i: F.linear(x, w), stream):>8.2f}")
 
@@ -165,7 +171,7 @@ def main():
         if section == "attention":
             attention(CudaOps())
         elif section == "linear":
-            linear(CudaOps(EngineConfig.from_env(model="", backend="cuda", gemv_max_rows=8)))
+            linear(CudaOps(EngineConfig.from_env(model="", backend="cuda", gemv_max_rows=8, gemm_max_rows=256)))
         else:
             gemm(CudaOps())
 

@@ -60,6 +60,19 @@ def _gemv_smem(M: int, K: int, norm: bool) -> int:
     return (M + norm) * K * 4
 
 
+def _gemm_smem(kind: str, tile: tuple[int, int, int, int], K: int) -> int:
+    """A GEMM kernel's dynamic shared memory (16-bit operands) at `tile`: its stages of W
+    tiles, and of x tiles (gemm_plain), or the block's rows of x' and of the fused op's
+    inputs (cuda_src/gemm.cu)."""
+    bm, bn, stages, split = tile
+    row = 2 * (_GEMM_BK + _GEMM_PAD)
+    if kind == "gemm_plain":
+        return stages * (bm + bn) * row
+    if kind == "gemm_norm":   # x' over all of K, and the float32 residual rows
+        return stages * bn * row + bm * 2 * (K + _GEMM_PAD) + bm * 4 * (K + 4)
+    return stages * bn * row + 2 * bm * 2 * (math.ceil(K // _GEMM_BK / split) * _GEMM_BK + _GEMM_PAD)
+
+
 def _dtype_name(t: torch.Tensor) -> str:
     if t.dtype not in _DTYPES:
         raise TypeError(f"cuda ops support bf16, fp16 and float32 tensors, not {t.dtype}")
@@ -104,6 +117,8 @@ class CudaOps(Ops):
         atexit.register(self._context.pop)
         major, minor = device.compute_capability()
         self.num_sms = device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
+        self._smem_per_sm = device.get_attribute(drv.device_attribute.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)
+        self._smem_per_block = device.get_attribute(drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
         # The decode work list's chunk size (see plan_decode); benchmarks/kernels.py sweeps it.
         self.decode_slack = config.decode_slack
         self.forced_m_tiles = config.prefill_m_tiles
@@ -158,9 +173,10 @@ class CudaOps(Ops):
         return out, r
 
     # ------------------------------------------------------------ linear layers
-    # At a row or two (decode of one or two sequences) our gemv kernels fuse the norm
-    # or activation into the GEMM; above that, the separate ops and our tensor-core GEMM,
-    # and past gemm_max_rows (prefill) cuBLAS.
+    # The elementwise op before a linear layer (RMSNorm, SiLU-and-mul) runs fused in front of
+    # it: at a row or two (decode of one or two sequences) in our gemv kernels, above that
+    # up to gemm_max_rows in our tensor-core GEMM (cuda_src/gemm.cu), which the programmatic
+    # edges of a CUDA graph join too; past gemm_max_rows (prefill) the separate ops and cuBLAS.
 
     def _gemv_fits(self, x: torch.Tensor, weight: torch.Tensor, K: int, norm: bool = False) -> bool:
         return (x.dim() == 2 and x.shape[0] <= min(self.gemv_max_rows, _GEMV_KERNEL_MAX_ROWS)
@@ -178,52 +194,78 @@ class CudaOps(Ops):
                                           shared=_gemv_smem(M, K, kind == "gemv_norm"))
         return y
 
-    def linear(self, x, weight):
-        if self._gemv_fits(x, weight, x.shape[-1]):
-            return self._gemv("gemv_plain", x, weight, x.shape[1])
-        if self._gemm_fits(x, weight):
-            return self.gemm(x, weight)
-        return super().linear(x, weight)
-
-    # Past the gemv rows, a decode batch's GEMMs are ours too (cuda_src/gemm.cu): the
-    # programmatic edges of a CUDA graph join our kernels only.
-
-    def _gemm_fits(self, x: torch.Tensor, weight: torch.Tensor) -> bool:
+    def _gemm_fits(self, kind: str, x: torch.Tensor, weight: torch.Tensor, K: int, *others: torch.Tensor) -> bool:
         return (x.dim() == 2 and x.shape[0] <= self.gemm_max_rows and x.dtype == weight.dtype
-                and x.dtype in (torch.bfloat16, torch.float16) and weight.shape[1] == x.shape[1]
-                and x.shape[1] % _GEMM_BK == 0 and weight.shape[0] % 8 == 0
-                and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0)   # cp.async copies 16 bytes
+                and x.dtype in (torch.bfloat16, torch.float16) and weight.shape[1] == K
+                and K % _GEMM_BK == 0 and weight.shape[0] % 8 == 0
+                and all(t.data_ptr() % 16 == 0 for t in (x, weight, *others))   # 16-byte copies
+                and self.gemm_tile(kind, x.shape[0], weight.shape[0], K) is not None)
 
-    def gemm_tile(self, M: int, N: int) -> tuple[int, int, int, int]:
-        """The tile (rows, columns, stages, K split) of an M x N GEMM: the largest whose grid
-        still has a block for every SM, else the one with the most blocks (the SMs, not the
-        tile, set the pace)."""
-        def blocks(tile):
-            return math.ceil(M / tile[0]) * math.ceil(N / tile[1]) * tile[3]
-        by_size = sorted(GEMM_TILES, key=lambda t: (t[0] * t[1], t[0], -t[3]), reverse=True)
-        return next((t for t in by_size if blocks(t) >= self.num_sms), max(by_size, key=blocks))
+    def gemm_tile(self, kind: str, M: int, N: int, K: int) -> tuple[int, int, int, int] | None:
+        """The tile (rows, columns, stages, K split) of an M x N x K GEMM (None: none fits
+        in shared memory). These GEMMs take a few µs of round trips to memory, so their
+        time goes as the waves of blocks the GPU runs one after another times the K chunks
+        each block walks: the fewest waves, then the fewest chunks a block, then the
+        smallest tile (the fewest padded rows)."""
+        def cost(tile):
+            bm, bn, stages, split = tile
+            blocks = math.ceil(M / bm) * math.ceil(N / bn) * split
+            waves = math.ceil(blocks / (self.num_sms * self.gemm_blocks_per_sm(kind, tile, K)))
+            return waves, math.ceil(K // _GEMM_BK / split), bm * bn
+        fitting = [t for t in GEMM_TILES if self.gemm_tile_fits(kind, t, K)]
+        return min(fitting, key=cost) if fitting else None
 
-    def gemm(self, x: torch.Tensor, weight: torch.Tensor, tile: tuple[int, int, int, int] | None = None
-             ) -> torch.Tensor:
-        """x [M, K] @ weight [N, K]^T on our tensor-core kernel, at `tile` (default: gemm_tile)."""
-        M, K = x.shape
-        N = weight.shape[0]
+    def gemm_tile_fits(self, kind: str, tile: tuple[int, int, int, int], K: int) -> bool:
+        """Whether a block of `tile` fits in an SM's shared memory."""
+        return _gemm_smem(kind, tile, K) <= self._smem_per_block
+
+    def gemm_blocks_per_sm(self, kind: str, tile: tuple[int, int, int, int], K: int) -> int:
+        """How many blocks of `tile` an SM holds at once: shared memory is what runs out
+        (the driver keeps 1 KiB of it per block)."""
+        return self._smem_per_sm // (_gemm_smem(kind, tile, K) + 1024)
+
+    def gemm(self, kind: str, x: torch.Tensor, weight: torch.Tensor, K: int, between=(), after=(),
+             tile: tuple[int, int, int, int] | None = None) -> torch.Tensor:
+        """Launch a GEMM kernel of `kind` (gemm_plain, gemm_norm, gemm_silu) at `tile`
+        (default: gemm_tile): its arguments are x, `between`, W, y, M, N, K, `after`."""
+        M, N = x.shape[0], weight.shape[0]
         y = torch.empty((M, N), dtype=x.dtype, device=x.device)
         if M and N:
-            tile = tile or self.gemm_tile(M, N)
-            bm, bn, stages, split = tile
-            self._k["gemm", _dtype_name(x), *tile](
-                (math.ceil(M / bm), math.ceil(N / bn), split), 128, x.contiguous(), weight.contiguous(), y, M, N, K,
-                shared=stages * (bm + bn) * (_GEMM_BK + _GEMM_PAD) * x.element_size())
+            tile = tile or self.gemm_tile(kind, M, N, K)
+            bm, bn, _, split = tile
+            self._k[kind, _dtype_name(x), *tile](
+                (math.ceil(M / bm), math.ceil(N / bn), split), 128, x.contiguous(), *between, weight.contiguous(), y,
+                M, N, K, *after, shared=_gemm_smem(kind, tile, K))
         return y
 
+    def linear(self, x, weight):
+        K = x.shape[-1]
+        if self._gemv_fits(x, weight, K):
+            return self._gemv("gemv_plain", x, weight, K)
+        if self._gemm_fits("gemm_plain", x, weight, K):
+            return self.gemm("gemm_plain", x, weight, K)
+        return super().linear(x, weight)
+
     def norm_linear(self, x, residual, norm_weight, eps, weight):
-        if not self._gemv_fits(x, weight, x.shape[-1], norm=True):
+        K = x.shape[-1]
+        residual = _float_residual(residual)
+        others = [norm_weight] + ([] if residual is None else [residual])
+        if self._gemv_fits(x, weight, K, norm=True):
+            kind, launch = "gemv_norm", self._gemv
+        elif self._gemm_fits("gemm_norm", x, weight, K, *others):
+            kind, launch = "gemm_norm", self.gemm
+        else:
             return super().norm_linear(x, residual, norm_weight, eps, weight)
         r = torch.empty(x.shape, dtype=torch.float32, device=x.device)
-        y = self._gemv("gemv_norm", x, weight, x.shape[1], (_float_residual(residual), norm_weight.contiguous(), r),
-                       (float(eps),))
-        return y, r
+        return launch(kind, x, weight, K, (residual, norm_weight.contiguous(), r), (float(eps),)), r
+
+    def silu_linear(self, x, weight):
+        K = x.shape[-1] // 2
+        if self._gemv_fits(x, weight, K):
+            return self._gemv("gemv_silu", x, weight, K)
+        if self._gemm_fits("gemm_silu", x, weight, K):
+            return self.gemm("gemm_silu", x, weight, K)
+        return super().silu_linear(x, weight)
 
     def attention_inputs(self, x, residual, layer, kv_cache, step):
         s = step.shape
@@ -243,12 +285,6 @@ class CudaOps(Ops):
                 layer.qkv.contiguous(), y, M, K, float(s.rms_norm_eps), positions, cos_sin, k_cache, v_cache,
                 slots, nh, nkv, d, shared=_gemv_smem(M, K, norm=True))
         return y[:, :nh * d].view(M, nh, d), r
-
-    def silu_linear(self, x, weight):
-        K = x.shape[-1] // 2
-        if not self._gemv_fits(x, weight, K):
-            return super().silu_linear(x, weight)
-        return self._gemv("gemv_silu", x, weight, K)
 
     def logits(self, hidden, head):
         if head.dtype == torch.float32:
