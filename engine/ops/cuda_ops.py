@@ -8,6 +8,7 @@ synchronize and check for errors after every launch.
 from __future__ import annotations
 
 import atexit
+import functools
 import math
 from dataclasses import dataclass
 
@@ -194,12 +195,14 @@ class CudaOps(Ops):
                                           shared=_gemv_smem(M, K, kind == "gemv_norm"))
         return y
 
-    def _gemm_fits(self, kind: str, x: torch.Tensor, weight: torch.Tensor, K: int, *others: torch.Tensor) -> bool:
-        return (x.dim() == 2 and x.shape[0] <= self.gemm_max_rows and x.dtype == weight.dtype
+    def _gemm_tile_for(self, kind: str, x: torch.Tensor, weight: torch.Tensor, K: int, *others: torch.Tensor
+                       ) -> tuple[int, int, int, int] | None:
+        """The tile our GEMM of `kind` takes these operands at, or None where it does not take them."""
+        fits = (x.dim() == 2 and x.shape[0] <= self.gemm_max_rows and x.dtype == weight.dtype
                 and x.dtype in (torch.bfloat16, torch.float16) and weight.shape[1] == K
                 and K % _GEMM_BK == 0 and weight.shape[0] % 8 == 0
-                and all(t.data_ptr() % 16 == 0 for t in (x, weight, *others))   # 16-byte copies
-                and self.gemm_tile(kind, x.shape[0], weight.shape[0], K) is not None)
+                and all(t.data_ptr() % 16 == 0 for t in (x, weight, *others)))   # 16-byte copies
+        return self.gemm_tile(kind, x.shape[0], weight.shape[0], K) if fits else None
 
     def gemm_tile(self, kind: str, M: int, N: int, K: int) -> tuple[int, int, int, int] | None:
         """The tile (rows, columns, stages, K split) of an M x N x K GEMM (None: none fits
@@ -242,8 +245,8 @@ class CudaOps(Ops):
         K = x.shape[-1]
         if self._gemv_fits(x, weight, K):
             return self._gemv("gemv_plain", x, weight, K)
-        if self._gemm_fits("gemm_plain", x, weight, K):
-            return self.gemm("gemm_plain", x, weight, K)
+        if tile := self._gemm_tile_for("gemm_plain", x, weight, K):
+            return self.gemm("gemm_plain", x, weight, K, tile=tile)
         return super().linear(x, weight)
 
     def norm_linear(self, x, residual, norm_weight, eps, weight):
@@ -251,20 +254,20 @@ class CudaOps(Ops):
         residual = _float_residual(residual)
         others = [norm_weight] + ([] if residual is None else [residual])
         if self._gemv_fits(x, weight, K, norm=True):
-            kind, launch = "gemv_norm", self._gemv
-        elif self._gemm_fits("gemm_norm", x, weight, K, *others):
-            kind, launch = "gemm_norm", self.gemm
+            launch = functools.partial(self._gemv, "gemv_norm")
+        elif tile := self._gemm_tile_for("gemm_norm", x, weight, K, *others):
+            launch = functools.partial(self.gemm, "gemm_norm", tile=tile)
         else:
             return super().norm_linear(x, residual, norm_weight, eps, weight)
         r = torch.empty(x.shape, dtype=torch.float32, device=x.device)
-        return launch(kind, x, weight, K, (residual, norm_weight.contiguous(), r), (float(eps),)), r
+        return launch(x, weight, K, (residual, norm_weight.contiguous(), r), (float(eps),)), r
 
     def silu_linear(self, x, weight):
         K = x.shape[-1] // 2
         if self._gemv_fits(x, weight, K):
             return self._gemv("gemv_silu", x, weight, K)
-        if self._gemm_fits("gemm_silu", x, weight, K):
-            return self.gemm("gemm_silu", x, weight, K)
+        if tile := self._gemm_tile_for("gemm_silu", x, weight, K):
+            return self.gemm("gemm_silu", x, weight, K, tile=tile)
         return super().silu_linear(x, weight)
 
     def attention_inputs(self, x, residual, layer, kv_cache, step):
