@@ -97,6 +97,17 @@ template <> __device__ __forceinline__ uint4 load8_as<f16, f16>(const f16* p) {
     return *reinterpret_cast<const uint4*>(p);
 }
 
+// The elementwise ops that the norm, SiLU, gemv and GEMM kernels share, rounded in one place
+// so that a fused kernel's x' is bit for bit the separate op's output (before its last
+// rounding to T):
+//   RMSNorm: weight * T(r * inv_rms);   SiLU-and-mul: T(silu(gate)) * up, as torch rounds it.
+template <typename T> __device__ __forceinline__ float rms_normed(float r, float inv_rms, float weight) {
+    return weight * to_float(from_float<T>(r * inv_rms));
+}
+template <typename T> __device__ __forceinline__ float silu_times(float gate, float up) {
+    return to_float(from_float<T>(gate / (1.f + expf(-gate)))) * up;
+}
+
 // Programmatic dependent launch (sm_90). Every kernel calls pdl_start() before it reads
 // anything another kernel writes; before it, it may only fetch what no kernel writes (weights,
 // the RoPE table, the step's inputs the host uploads before the graph runs). Where a CUDA

@@ -115,7 +115,7 @@ __device__ void make_x(T* xp, int ld, void* aux, const T* __restrict__ x, const 
                 else load8(xp + m * ld + c, r);
                 load8(norm_weight + c, w);
 #pragma unroll
-                for (int i = 0; i < 8; ++i) r[i] = w[i] * to_float(from_float<T>(r[i] * inv));
+                for (int i = 0; i < 8; ++i) r[i] = rms_normed<T>(r[i], inv, w[i]);
                 store8(xp + m * ld + c, r);
             }
         }
@@ -134,7 +134,7 @@ __device__ void make_x(T* xp, int ld, void* aux, const T* __restrict__ x, const 
             load8(xp + m * ld + c, g);
             load8(up + m * ld + c, u);
 #pragma unroll
-            for (int j = 0; j < 8; ++j) g[j] = to_float(from_float<T>(g[j] / (1.f + expf(-g[j])))) * u[j];
+            for (int j = 0; j < 8; ++j) g[j] = silu_times<T>(g[j], u[j]);
             store8(xp + m * ld + c, g);
         }
     }

@@ -50,7 +50,7 @@ __device__ void prologue(float* xs, const T* __restrict__ x, const float* __rest
             load8(x + (int64_t)m * 2 * K + k, g);
             load8(x + (int64_t)m * 2 * K + K + k, u);
 #pragma unroll
-            for (int i = 0; i < 8; ++i) v[i] = to_float(from_float<T>(to_float(from_float<T>(g[i] / (1.f + expf(-g[i])))) * u[i]));
+            for (int i = 0; i < 8; ++i) v[i] = to_float(from_float<T>(silu_times<T>(g[i], u[i])));
         } else {
             load8(x + (int64_t)m * K + k, v);
             if (P == NORM && residual) {
@@ -80,7 +80,7 @@ __device__ void prologue(float* xs, const T* __restrict__ x, const float* __rest
             load8(ws + k, w);
             load8(xs + m * K + k, v);
 #pragma unroll
-            for (int i = 0; i < 8; ++i) v[i] = to_float(from_float<T>(w[i] * to_float(from_float<T>(v[i] * inv_rms[m]))));
+            for (int i = 0; i < 8; ++i) v[i] = to_float(from_float<T>(rms_normed<T>(v[i], inv_rms[m], w[i])));
             store8(xs + m * K + k, v);
         }
     }

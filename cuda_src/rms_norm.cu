@@ -53,13 +53,12 @@ __device__ void rms_norm(const T* __restrict__ x, const float* __restrict__ resi
             load8(res_out + base + c, r);
             load8(weight + c, w);
 #pragma unroll
-            for (int i = 0; i < 8; ++i) r[i] = w[i] * to_float(from_float<T>(r[i] * inv));
+            for (int i = 0; i < 8; ++i) r[i] = rms_normed<T>(r[i], inv, w[i]);
             store8(out + base + c, r);
         }
     } else {
         for (int i = lane; i < H; i += 32) {
-            const float normed = to_float(from_float<T>(res_out[base + i] * inv));
-            out[base + i] = from_float<T>(to_float(weight[i]) * normed);
+            out[base + i] = from_float<T>(rms_normed<T>(res_out[base + i], inv, to_float(weight[i])));
         }
     }
 }

@@ -13,7 +13,7 @@ __device__ void silu_and_mul(const T* __restrict__ x, T* __restrict__ out, int I
         load8(x + t * 2 * I + j, g);
         load8(x + t * 2 * I + I + j, u);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) o[i] = to_float(from_float<T>(g[i] / (1.f + expf(-g[i])))) * u[i];
+        for (int i = 0; i < 8; ++i) o[i] = silu_times<T>(g[i], u[i]);
         store8(out + t * I + j, o);
     }
 }
