@@ -105,11 +105,11 @@ def attention(ops):
 
 
 def linear(ops):
-    """SmolLM2-135M's four projections at decode batch sizes, bf16, with the op before each
-    fused (gemv kernels up to 8 rows, our GEMM past them) against that op + cuBLAS; `ops`
-    must take the gemv kernels at every row count they serve (gemv_max_rows=8) and our
-    GEMM up to 256 rows."""
-    print(f"{'layer (rows x K -> N)':<36} {'fused ops us':>12} {'norm/act + cuBLAS us':>21} {'+ our GEMM us':>14}")
+    """SmolLM2-135M's four projections at decode batch sizes, bf16, as our ops take them
+    (the op before each fused into the gemv kernels up to 8 rows; past them the op's kernel,
+    then our GEMM) against that op + cuBLAS; `ops` must take the gemv kernels at every row
+    count they serve (gemv_max_rows=8) and our GEMM up to 256 rows."""
+    print(f"{'layer (rows x K -> N)':<36} {'ours us':>12} {'norm/act + cuBLAS us':>21}")
     dt = torch.bfloat16
     stream = ops.new_stream()
     for M in (1, 2, 4, 8, 16, 64, 256):
@@ -129,10 +129,8 @@ def linear(ops):
                 x = torch.randn(M, K, dtype=dt, device="cuda")
                 ours = lambda i: ops.linear(x, w)  # noqa: E731
                 op = lambda: x  # noqa: E731
-            # The op, then our GEMM unfused: what fusing it saves (past the gemv rows).
-            unfused = f"{graph_us(lambda i: ops.gemm('gemm_plain', op(), w, K), stream):>14.2f}" if M > 8 else ""
             print(f"{f'{name} ({M} x {K} -> {N})':<36} {graph_us(ours, stream):>12.2f} "
-                  f"{graph_us(lambda i: F.linear(op(), w), stream):>21.2f} {unfused}")
+                  f"{graph_us(lambda i: F.linear(op(), w), stream):>21.2f}")
     for M in (1, 256):
         hidden = torch.randn(M, 576, dtype=dt, device="cuda")
         head = torch.randn(49152, 576, dtype=dt, device="cuda")
@@ -153,8 +151,8 @@ def gemm(ops):
         for K, N in ((576, 960), (576, 576), (576, 3072), (1536, 576)):
             w = torch.randn(N, K, dtype=dt, device="cuda")
             x = torch.randn(M, K, dtype=dt, device="cuda")
-            picked = ops.gemm_tile("gemm_plain", M, N, K)
-            cells = [f"{graph_us(lambda i: ops.gemm('gemm_plain', x, w, K, tile=t), stream):>7.2f}"
+            picked = ops.gemm_tile(M, N, K)
+            cells = [f"{graph_us(lambda i: ops.gemm(x, w, t), stream):>7.2f}"
                      f"{'*' if t == picked else ' '}"
                      for t in GEMM_TILES]
             print(f"{f'{M} x {K} -> {N}':<28} " + " ".join(cells) + f" {graph_us(lambda i: F.linear(x, w), stream):>8.2f}")

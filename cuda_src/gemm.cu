@@ -1,18 +1,14 @@
-// Decode-sized linear layers on the tensor cores: y[m, n] = sum_k x'[m, k] W[n, k] for
-// the few hundred rows of a decode batch, 16-bit x and W, fp32 accumulation, with the
-// elementwise op before the GEMM in a Llama layer fused in front of it (as gemv.cu does):
-//   gemm_plain: x' = x
-//   gemm_norm:  x' = RMSNorm(x + residual) as rms_norm.cu computes it (the same
-//               roundings); the blocks of the first W tile also write r = x + residual
-//   gemm_silu:  x' = silu(gate) * up of x = [gate | up], as silu_mul.cu rounds it
-// A fused op saves a kernel, a launch and a round trip through memory: at decode sizes each
-// is a few µs of a layer's ~30.
+// Decode-sized linear layers on the tensor cores: y[m, n] = sum_k x[m, k] W[n, k] for the
+// few hundred rows of a decode batch, 16-bit x and W, fp32 accumulation.
 //
 // Why our own and not cuBLAS: in a CUDA graph an edge into a cuBLAS kernel cannot be
 // programmatic (pdl.py), so at batches past the gemv kernels every layer waited for each of
 // its four GEMMs to launch and fetch its first weights after the kernel before had ended.
 // This kernel requests its first W tiles and prefetches the rest of its W rows into L2
 // before pdl_start (weights are written by no kernel), while the kernel before it runs.
+// The op before a projection (RMSNorm, SiLU-and-mul) stays its own kernel: fused in front of
+// this GEMM (b259154) it cost more than the kernel it saved at every batch size measured
+// (docs/performance.md, session 17), as every W tile's blocks made the same x' again.
 //
 // Tiles: a block computes BM x BN outputs with 4 warps, WM x WN of them (WM = 1 for
 // BM = 16, else 2), each (16 MT) x (8 NT) outputs of mma.sync m16n8k16. K goes through
@@ -24,22 +20,17 @@
 // share of K's chunks; their partial sums meet in shared memory, and each block adds up its
 // slice of the tile's rows over the cluster's blocks in rank order (distributed shared
 // memory; the same order every run). Few rows make few tiles: this spreads W over more SMs.
-// The fused ops (gemm_norm, gemm_silu) make the block's x' rows in shared memory once,
-// after pdl_start (make_x); only W then goes through the pipeline.
-// Layout: x [M, Kin] (Kin = K, or 2K for silu), residual [M, K] float, W [N, K] (torch's
-// linear weight), y [M, N], all row-major; K % BK == 0 and N % 8 == 0 (the host checks).
+// Layout: x [M, K], W [N, K] (torch's linear weight), y [M, N], all row-major; K % BK == 0
+// and N % 8 == 0 (the host checks).
 // Launch: grid = (ceil(M / BM), ceil(N / BN), SPLIT) (the m-tiles of one W tile side by side,
-// so they meet in L2), block 128, dynamic smem = STAGES (BN + BM) (BK + PAD) 2 bytes for
-// gemm_plain; for the others STAGES BN (BK + PAD) 2 and then gemm_norm BM (K + PAD) 2 +
-// BM (K + 4) 4, gemm_silu 2 BM (ceil(K / BK / SPLIT) BK + PAD) 2.
-// Kernels: gemm_<op>_<dtype>_<BM>x<BN>x<STAGES>_k<SPLIT>.
+// so they meet in L2), block 128, dynamic smem = STAGES (BN + BM) (BK + PAD) 2 bytes.
+// Kernels: gemm_<dtype>_<BM>x<BN>x<STAGES>_k<SPLIT>.
 #include <cooperative_groups.h>
 
 #include "mma.cuh"
 
 namespace {
 constexpr int THREADS = 128, WARPS = 4, BK = 64, PAD = 8;  // PAD: against bank conflicts
-enum Prologue { PLAIN, NORM, SILU };
 }
 
 template <typename T> using TileRow = T[BK + PAD];
@@ -57,120 +48,27 @@ __device__ __forceinline__ void load_tile(TileRow<T>* tile, const T* __restrict_
     }
 }
 
-// Starts copying rows r0 .. r0 + BM, columns c0 .. c0 + width of a row-major matrix (row
-// stride src_ld elements) into dst (row stride ld); rows at or past `rows` become zeros.
-template <typename E, int BM>
-__device__ __forceinline__ void load_rows(E* dst, int ld, const E* __restrict__ src, int64_t src_ld, int rows, int r0,
-                                          int c0, int width) {
-    constexpr int PER_COPY = 16 / sizeof(E);
-    const int per_row = width / PER_COPY;
-    for (int i = threadIdx.x; i < BM * per_row; i += THREADS) {
-        const int r = i / per_row, c = i % per_row * PER_COPY;
-        const bool valid = r0 + r < rows;
-        cp_async16(dst + r * ld + c, src + (valid ? r0 + r : 0) * src_ld + c0 + c, valid);
-    }
-}
-
-// The fused ops' x' for rows m0 .. m0 + BM into xp (row stride ld), from their inputs
-// copied into shared memory all at once (one round trip to L2, not one per loop turn),
-// then made in place; rows at or past M become zeros. NORM makes x' over all of K (its
-// sums of squares need every column): a warp per row, adding the squares up as
-// rms_norm.cu does, so inv_rms and every rounding are that kernel's; aux holds the
-// residual rows [BM][K + 4]. SILU makes x' over the block's columns k0 .. k0 + width, from
-// gate (in xp) and up (in aux, row stride ld).
-template <typename T, Prologue P, int BM>
-__device__ void make_x(T* xp, int ld, void* aux, const T* __restrict__ x, const float* __restrict__ residual,
-                       const T* __restrict__ norm_weight, float* __restrict__ res_out, int M, int K, int m0, int k0,
-                       int width, float eps) {
-    if constexpr (P == NORM) {
-        float* rs = static_cast<float*>(aux);
-        const int rld = K + 4;
-        load_rows<T, BM>(xp, ld, x, K, M, m0, 0, K);
-        if (residual) load_rows<float, BM>(rs, rld, residual, K, M, m0, 0, K);
-        cp_async_commit();
-        cp_async_wait<0>();
-        __syncthreads();
-        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-        const bool writes_residual = blockIdx.y == 0 && blockIdx.z == 0;
-        for (int m = warp; m < BM; m += WARPS) {
-            float ss = 0.f;
-            for (int c = lane * 8; c < K; c += 32 * 8) {   // each lane keeps to its own columns
-                float r[8];
-                load8(xp + m * ld + c, r);
-                if (residual) {
-                    float add[8];
-                    load8(rs + m * rld + c, add);
-#pragma unroll
-                    for (int i = 0; i < 8; ++i) r[i] += add[i];
-                    store8(rs + m * rld + c, r);
-                }
-                if (writes_residual && m0 + m < M) store8(res_out + (int64_t)(m0 + m) * K + c, r);
-#pragma unroll
-                for (int i = 0; i < 8; ++i) ss += r[i] * r[i];
-            }
-            const float inv = rsqrtf(warp_sum(ss) / K + eps);
-            for (int c = lane * 8; c < K; c += 32 * 8) {
-                float r[8], w[8];
-                if (residual) load8(rs + m * rld + c, r);
-                else load8(xp + m * ld + c, r);
-                load8(norm_weight + c, w);
-#pragma unroll
-                for (int i = 0; i < 8; ++i) r[i] = rms_normed<T>(r[i], inv, w[i]);
-                store8(xp + m * ld + c, r);
-            }
-        }
-    } else {
-        static_assert(P == SILU, "PLAIN's x goes through the pipeline");
-        T* up = static_cast<T*>(aux);
-        load_rows<T, BM>(xp, ld, x, 2 * (int64_t)K, M, m0, k0, width);
-        load_rows<T, BM>(up, ld, x, 2 * (int64_t)K, M, m0, K + k0, width);
-        cp_async_commit();
-        cp_async_wait<0>();
-        __syncthreads();
-        const int per_row = width / 8;
-        for (int i = threadIdx.x; i < BM * per_row; i += THREADS) {
-            const int m = i / per_row, c = i % per_row * 8;
-            float g[8], u[8];
-            load8(xp + m * ld + c, g);
-            load8(up + m * ld + c, u);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) g[j] = silu_times<T>(g[j], u[j]);
-            store8(xp + m * ld + c, g);
-        }
-    }
-}
-
-template <typename T, Prologue P, int BM, int BN, int STAGES, int SPLIT>
-__device__ void gemm(const T* __restrict__ x, const float* __restrict__ residual, const T* __restrict__ norm_weight,
-                     float* __restrict__ res_out, const T* __restrict__ W, T* __restrict__ y, int M, int N, int K,
-                     float eps) {
+template <typename T, int BM, int BN, int STAGES, int SPLIT>
+__device__ void gemm(const T* __restrict__ x, const T* __restrict__ W, T* __restrict__ y, int M, int N, int K) {
     constexpr int WM = BM == 16 ? 1 : 2, WN = WARPS / WM, MT = BM / (16 * WM), NT = BN / (8 * WN);
     static_assert(MT * 16 * WM == BM && NT * 8 * WN == BN, "the warps tile the block");
     extern __shared__ __align__(16) unsigned char smem[];
     TileRow<T>* ws = reinterpret_cast<TileRow<T>*>(smem);   // [STAGES][BN]
-    TileRow<T>* xs = ws + STAGES * BN;                      // PLAIN: [STAGES][BM]
-    // The fused ops: x' once, [BM][ld] (NORM: all of K; SILU: the block's share), then aux.
-    T* xp = reinterpret_cast<T*>(xs);
-    const int ld = (P == NORM ? K : (K / BK + SPLIT - 1) / SPLIT * BK) + PAD;
-    void* aux = xp + BM * ld;
+    TileRow<T>* xs = ws + STAGES * BN;                      // [STAGES][BM]
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int k_first = blockIdx.z * (K / BK) / SPLIT * BK, chunks = (blockIdx.z + 1) * (K / BK) / SPLIT - k_first / BK;
 
     // Before the wait: the block's W rows into L2, and its first STAGES - 1 W tiles (one
-    // commit group); then x's tiles, a group each (empty for the fused ops, so the count
-    // stays the same), and chunk c's wait covers both.
+    // commit group); then x's tiles, a group each, and chunk c's wait covers both.
     if (threadIdx.x == 0) prefetch_l2(W + (int64_t)n0 * K, min(BN, N - n0) * K * (int)sizeof(T));
     for (int s = 0; s < STAGES - 1; ++s)
         if (s < chunks) load_tile<T, BN>(ws + s * BN, W, N, K, n0, k_first + s * BK);
     cp_async_commit();
     pdl_start();
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (P == PLAIN && s < chunks) load_tile<T, BM>(xs + s * BM, x, M, K, m0, k_first + s * BK);
+        if (s < chunks) load_tile<T, BM>(xs + s * BM, x, M, K, m0, k_first + s * BK);
         cp_async_commit();
     }
-    if constexpr (P != PLAIN)
-        make_x<T, P, BM>(xp, ld, aux, x, residual, norm_weight, res_out, M, K, m0, k_first, chunks * BK, eps);
-    const int x_col = P == NORM ? k_first : 0;   // x' column of the block's first chunk
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int wm = warp / WN, wn = warp % WN;
@@ -180,13 +78,11 @@ __device__ void gemm(const T* __restrict__ x, const float* __restrict__ residual
         __syncthreads();               // ... and everyone's; and chunk c - 1's slot is free
         const int next = c + STAGES - 1;
         if (next < chunks) {
-            if (P == PLAIN) load_tile<T, BM>(xs + next % STAGES * BM, x, M, K, m0, k_first + next * BK);
+            load_tile<T, BM>(xs + next % STAGES * BM, x, M, K, m0, k_first + next * BK);
             load_tile<T, BN>(ws + next % STAGES * BN, W, N, K, n0, k_first + next * BK);
         }
         cp_async_commit();             // (empty past the last chunk: the count stays uniform)
-        // The warp's rows of x' at chunk c, and their stride.
-        const T* xt = P == PLAIN ? xs[c % STAGES * BM + wm * MT * 16] : xp + wm * MT * 16 * ld + x_col + c * BK;
-        const int xld = P == PLAIN ? BK + PAD : ld;
+        const T* xt = xs[c % STAGES * BM + wm * MT * 16];   // the warp's rows of x at chunk c
         const TileRow<T>* wt = ws + c % STAGES * BN + wn * NT * 8;
 #pragma unroll
         for (int k2 = 0; k2 < BK; k2 += 32) {
@@ -197,7 +93,7 @@ __device__ void gemm(const T* __restrict__ x, const float* __restrict__ residual
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
-                    ldmatrix_x4(a[mt][h], xt + (mt * 16 + lane % 16) * xld + k2 + h * 16 + lane / 16 * 8);
+                    ldmatrix_x4(a[mt][h], xt + (mt * 16 + lane % 16) * (BK + PAD) + k2 + h * 16 + lane / 16 * 8);
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) ldmatrix_x4(b[nt], &wt[nt * 8 + lane % 8][k2 + lane / 8 * 8]);
 #pragma unroll
@@ -257,22 +153,10 @@ __device__ void gemm(const T* __restrict__ x, const float* __restrict__ residual
     }
 }
 
-// Each op's kernel takes (x, residual, norm weight, residual out, W, y, M, N, K, eps) but
-// for what it does not use: gemm_plain and gemm_silu (x, W, y, M, N, K).
-#define GEMM(T, N, BM, BN, S, SPLIT)                                                                            \
-    extern "C" __global__ void __cluster_dims__(1, 1, SPLIT) __launch_bounds__(THREADS)                         \
-        gemm_plain_##N##_##BM##x##BN##x##S##_k##SPLIT(const T* x, const T* W, T* y, int M, int Nout, int K) {   \
-        gemm<T, PLAIN, BM, BN, S, SPLIT>(x, nullptr, nullptr, nullptr, W, y, M, Nout, K, 0.f);                  \
-    }                                                                                                           \
-    extern "C" __global__ void __cluster_dims__(1, 1, SPLIT) __launch_bounds__(THREADS)                         \
-        gemm_norm_##N##_##BM##x##BN##x##S##_k##SPLIT(const T* x, const float* residual, const T* norm_weight,   \
-                                                     float* res_out, const T* W, T* y, int M, int Nout, int K,  \
-                                                     float eps) {                                               \
-        gemm<T, NORM, BM, BN, S, SPLIT>(x, residual, norm_weight, res_out, W, y, M, Nout, K, eps);              \
-    }                                                                                                           \
-    extern "C" __global__ void __cluster_dims__(1, 1, SPLIT) __launch_bounds__(THREADS)                         \
-        gemm_silu_##N##_##BM##x##BN##x##S##_k##SPLIT(const T* x, const T* W, T* y, int M, int Nout, int K) {    \
-        gemm<T, SILU, BM, BN, S, SPLIT>(x, nullptr, nullptr, nullptr, W, y, M, Nout, K, 0.f);                   \
+#define GEMM(T, N, BM, BN, S, SPLIT)                                                                    \
+    extern "C" __global__ void __cluster_dims__(1, 1, SPLIT) __launch_bounds__(THREADS)                 \
+        gemm_##N##_##BM##x##BN##x##S##_k##SPLIT(const T* x, const T* W, T* y, int M, int Nout, int K) { \
+        gemm<T, BM, BN, S, SPLIT>(x, W, y, M, Nout, K);                                                 \
     }
 #define GEMM_TILES(T, N)                                                                                   \
     GEMM(T, N, 16, 64, 10, 1) GEMM(T, N, 16, 64, 7, 4) GEMM(T, N, 32, 32, 10, 1) GEMM(T, N, 32, 64, 7, 2) \

@@ -51,11 +51,11 @@ class EngineConfig:
     # The gemv kernels take up to 8 rows but beat norm/activation + cuBLAS only up to
     # about 2 (benchmarks/kernels.py: 1 row 12.6 vs 21.3 µs a layer, 4 rows 24.4 vs 21.9).
     gemv_max_rows: int = 2
-    # Past the gemv rows, up to this many rows go through our tensor-core GEMM with the norm
-    # or SiLU fused in front (cuda_src/gemm.cu), which programmatic edges join; beyond it
-    # cuBLAS. 0 (cuBLAS) until the fused kernels' decode-step A/B says where they win
-    # (docs/performance.md, sessions 15-16).
-    gemm_max_rows: int = 0
+    # Past the gemv rows, up to this many rows go through our tensor-core GEMM
+    # (cuda_src/gemm.cu), which programmatic edges join; beyond it cuBLAS. The decode step
+    # with it against cuBLAS (benchmarks/gemm_crossover.sh, session 17): 0.940 vs 1.219 ms
+    # at 16 rows, 1.230 vs 1.397 at 32, 1.594 vs 1.573 at 64.
+    gemm_max_rows: int = 32
     cuda_debug: bool = False              # synchronize and check after every kernel launch
     # Programmatic edges between our kernels in CUDA graphs (engine.ops.pdl): a kernel's
     # blocks launch and prefetch its weights while the kernel before it still runs.

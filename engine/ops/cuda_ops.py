@@ -8,7 +8,6 @@ synchronize and check for errors after every launch.
 from __future__ import annotations
 
 import atexit
-import functools
 import math
 from dataclasses import dataclass
 
@@ -61,17 +60,11 @@ def _gemv_smem(M: int, K: int, norm: bool) -> int:
     return (M + norm) * K * 4
 
 
-def _gemm_smem(kind: str, tile: tuple[int, int, int, int], K: int) -> int:
-    """A GEMM kernel's dynamic shared memory (16-bit operands) at `tile`: its stages of W
-    tiles, and of x tiles (gemm_plain), or the block's rows of x' and of the fused op's
-    inputs (cuda_src/gemm.cu)."""
-    bm, bn, stages, split = tile
-    row = 2 * (_GEMM_BK + _GEMM_PAD)
-    if kind == "gemm_plain":
-        return stages * (bm + bn) * row
-    if kind == "gemm_norm":   # x' over all of K, and the float32 residual rows
-        return stages * bn * row + bm * 2 * (K + _GEMM_PAD) + bm * 4 * (K + 4)
-    return stages * bn * row + 2 * bm * 2 * (math.ceil(K // _GEMM_BK / split) * _GEMM_BK + _GEMM_PAD)
+def _gemm_smem(tile: tuple[int, int, int, int]) -> int:
+    """The GEMM kernel's dynamic shared memory (16-bit operands) at `tile`: its stages of
+    W and x tiles (cuda_src/gemm.cu)."""
+    bm, bn, stages, _ = tile
+    return stages * (bm + bn) * 2 * (_GEMM_BK + _GEMM_PAD)
 
 
 def _dtype_name(t: torch.Tensor) -> str:
@@ -174,10 +167,11 @@ class CudaOps(Ops):
         return out, r
 
     # ------------------------------------------------------------ linear layers
-    # The elementwise op before a linear layer (RMSNorm, SiLU-and-mul) runs fused in front of
-    # it: at a row or two (decode of one or two sequences) in our gemv kernels, above that
-    # up to gemm_max_rows in our tensor-core GEMM (cuda_src/gemm.cu), which the programmatic
-    # edges of a CUDA graph join too; past gemm_max_rows (prefill) the separate ops and cuBLAS.
+    # A linear layer of a row or two (decode of one or two sequences) runs in our gemv
+    # kernels, with the elementwise op before it (RMSNorm, SiLU-and-mul) fused in front; up to
+    # gemm_max_rows in our tensor-core GEMM (cuda_src/gemm.cu) after the op's own kernel, so
+    # the programmatic edges of a CUDA graph join every kernel; past it (prefill) the
+    # separate ops and cuBLAS.
 
     def _gemv_fits(self, x: torch.Tensor, weight: torch.Tensor, K: int, norm: bool = False) -> bool:
         return (x.dim() == 2 and x.shape[0] <= min(self.gemv_max_rows, _GEMV_KERNEL_MAX_ROWS)
@@ -195,16 +189,16 @@ class CudaOps(Ops):
                                           shared=_gemv_smem(M, K, kind == "gemv_norm"))
         return y
 
-    def _gemm_tile_for(self, kind: str, x: torch.Tensor, weight: torch.Tensor, K: int, *others: torch.Tensor
-                       ) -> tuple[int, int, int, int] | None:
-        """The tile our GEMM of `kind` takes these operands at, or None where it does not take them."""
+    def _gemm_tile_for(self, x: torch.Tensor, weight: torch.Tensor) -> tuple[int, int, int, int] | None:
+        """The tile our GEMM takes x @ weight^T at, or None where it does not take them."""
+        K = x.shape[-1]
         fits = (x.dim() == 2 and x.shape[0] <= self.gemm_max_rows and x.dtype == weight.dtype
                 and x.dtype in (torch.bfloat16, torch.float16) and weight.shape[1] == K
                 and K % _GEMM_BK == 0 and weight.shape[0] % 8 == 0
-                and all(t.data_ptr() % 16 == 0 for t in (x, weight, *others)))   # 16-byte copies
-        return self.gemm_tile(kind, x.shape[0], weight.shape[0], K) if fits else None
+                and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0)   # 16-byte copies
+        return self.gemm_tile(x.shape[0], weight.shape[0], K) if fits else None
 
-    def gemm_tile(self, kind: str, M: int, N: int, K: int) -> tuple[int, int, int, int] | None:
+    def gemm_tile(self, M: int, N: int, K: int) -> tuple[int, int, int, int] | None:
         """The tile (rows, columns, stages, K split) of an M x N x K GEMM (None: none fits
         in shared memory). These GEMMs take a few µs of round trips to memory, so their
         time goes as the waves of blocks the GPU runs one after another times the K chunks
@@ -213,61 +207,49 @@ class CudaOps(Ops):
         def cost(tile):
             bm, bn, stages, split = tile
             blocks = math.ceil(M / bm) * math.ceil(N / bn) * split
-            waves = math.ceil(blocks / (self.num_sms * self.gemm_blocks_per_sm(kind, tile, K)))
+            waves = math.ceil(blocks / (self.num_sms * self.gemm_blocks_per_sm(tile)))
             return waves, math.ceil(K // _GEMM_BK / split), bm * bn
-        fitting = [t for t in GEMM_TILES if self.gemm_tile_fits(kind, t, K)]
+        fitting = [t for t in GEMM_TILES if _gemm_smem(t) <= self._smem_per_block]
         return min(fitting, key=cost) if fitting else None
 
-    def gemm_tile_fits(self, kind: str, tile: tuple[int, int, int, int], K: int) -> bool:
-        """Whether a block of `tile` fits in an SM's shared memory."""
-        return _gemm_smem(kind, tile, K) <= self._smem_per_block
-
-    def gemm_blocks_per_sm(self, kind: str, tile: tuple[int, int, int, int], K: int) -> int:
+    def gemm_blocks_per_sm(self, tile: tuple[int, int, int, int]) -> int:
         """How many blocks of `tile` an SM holds at once: shared memory is what runs out
         (the driver keeps 1 KiB of it per block)."""
-        return self._smem_per_sm // (_gemm_smem(kind, tile, K) + 1024)
+        return self._smem_per_sm // (_gemm_smem(tile) + 1024)
 
-    def gemm(self, kind: str, x: torch.Tensor, weight: torch.Tensor, K: int, between=(), after=(),
-             tile: tuple[int, int, int, int] | None = None) -> torch.Tensor:
-        """Launch a GEMM kernel of `kind` (gemm_plain, gemm_norm, gemm_silu) at `tile`
-        (default: gemm_tile): its arguments are x, `between`, W, y, M, N, K, `after`."""
-        M, N = x.shape[0], weight.shape[0]
+    def gemm(self, x: torch.Tensor, weight: torch.Tensor, tile: tuple[int, int, int, int] | None = None
+             ) -> torch.Tensor:
+        """x [M, K] @ weight [N, K]^T in our GEMM kernel at `tile` (default: gemm_tile)."""
+        (M, K), N = x.shape, weight.shape[0]
         y = torch.empty((M, N), dtype=x.dtype, device=x.device)
         if M and N:
-            tile = tile or self.gemm_tile(kind, M, N, K)
+            tile = tile or self.gemm_tile(M, N, K)
             bm, bn, _, split = tile
-            self._k[kind, _dtype_name(x), *tile](
-                (math.ceil(M / bm), math.ceil(N / bn), split), 128, x.contiguous(), *between, weight.contiguous(), y,
-                M, N, K, *after, shared=_gemm_smem(kind, tile, K))
+            self._k["gemm", _dtype_name(x), *tile](
+                (math.ceil(M / bm), math.ceil(N / bn), split), 128, x.contiguous(), weight.contiguous(), y,
+                M, N, K, shared=_gemm_smem(tile))
         return y
 
     def linear(self, x, weight):
         K = x.shape[-1]
         if self._gemv_fits(x, weight, K):
             return self._gemv("gemv_plain", x, weight, K)
-        if tile := self._gemm_tile_for("gemm_plain", x, weight, K):
-            return self.gemm("gemm_plain", x, weight, K, tile=tile)
+        if tile := self._gemm_tile_for(x, weight):
+            return self.gemm(x, weight, tile)
         return super().linear(x, weight)
 
     def norm_linear(self, x, residual, norm_weight, eps, weight):
         K = x.shape[-1]
         residual = _float_residual(residual)
-        others = [norm_weight] + ([] if residual is None else [residual])
-        if self._gemv_fits(x, weight, K, norm=True):
-            launch = functools.partial(self._gemv, "gemv_norm")
-        elif tile := self._gemm_tile_for("gemm_norm", x, weight, K, *others):
-            launch = functools.partial(self.gemm, "gemm_norm", tile=tile)
-        else:
+        if not self._gemv_fits(x, weight, K, norm=True):
             return super().norm_linear(x, residual, norm_weight, eps, weight)
         r = torch.empty(x.shape, dtype=torch.float32, device=x.device)
-        return launch(x, weight, K, (residual, norm_weight.contiguous(), r), (float(eps),)), r
+        return self._gemv("gemv_norm", x, weight, K, (residual, norm_weight.contiguous(), r), (float(eps),)), r
 
     def silu_linear(self, x, weight):
         K = x.shape[-1] // 2
         if self._gemv_fits(x, weight, K):
             return self._gemv("gemv_silu", x, weight, K)
-        if tile := self._gemm_tile_for("gemm_silu", x, weight, K):
-            return self.gemm("gemm_silu", x, weight, K, tile=tile)
         return super().silu_linear(x, weight)
 
     def attention_inputs(self, x, residual, layer, kv_cache, step):

@@ -67,8 +67,7 @@ def _specs() -> list[KernelSpec]:
                       KernelSpec(("gemv_norm", dt), "gemv", f"gemv_norm_{dt}", "PPPPPPiiif"),
                       KernelSpec(("gemv_silu", dt), "gemv", f"gemv_silu_{dt}", "PPPiii"),
                       KernelSpec(("gemv_qkv_rope", dt), "gemv", f"gemv_norm_qkv_rope_{dt}", "PPPPPPiifPPPPPiii")]
-            specs += [KernelSpec((f"gemm_{op}", dt, *tile), "gemm", "gemm_{}_{}_{}x{}x{}_k{}".format(op, dt, *tile), sig)
-                      for op, sig in (("plain", "PPPiii"), ("norm", "PPPPPPiiif"), ("silu", "PPPiii"))
+            specs += [KernelSpec(("gemm", dt, *tile), "gemm", "gemm_{}_{}x{}x{}_k{}".format(dt, *tile), "PPPiii")
                       for tile in GEMM_TILES]
         specs += [KernelSpec(("prefill", dt, d, mt), "attention_prefill", f"attn_prefill_{dt}_d{d}_m{mt}",
                              "PlPPPiPPPiiif") for d, mt in PREFILL_SHAPES]

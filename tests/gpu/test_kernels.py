@@ -136,47 +136,26 @@ def test_linear_layers(ops_all_gemv_rows, dtype, M, K, N):
 @pytest.mark.parametrize("M", [3, 16, 17, 100, 256])
 @pytest.mark.parametrize("K,N", [(576, 960), (1536, 576), (2048, 40), (64, 8)])
 def test_gemm_at_every_tile(ops, dtype, tile, M, K, N):
-    """Our tensor-core GEMM against torch's, every tile and fused op at row and column
-    counts that do and do not fill it (unwritten outputs stay NaN and fail); the fused
-    norm's residual output bit for bit."""
+    """Our tensor-core GEMM against torch's at every tile, at row and column counts that do
+    and do not fill it (unwritten outputs stay NaN and fail)."""
     w = torch.randn(N, K, dtype=dtype, device="cuda") * K ** -0.5
     x = torch.randn(M, K, dtype=dtype, device="cuda")
     poison_next((M, N), dtype)
-    assert rel_err(ops.gemm("gemm_plain", x, w, K, tile=tile), REF.linear(x, w)) <= tol(dtype)
-
-    norm_w = torch.rand(K, dtype=dtype, device="cuda") + 0.5
-    for res in (None, torch.randn(M, K, dtype=torch.float32, device="cuda")):
-        if ops.gemm_tile_fits("gemm_norm", tile, K):
-            r = torch.full((M, K), float("nan"), device="cuda")
-            poison_next((M, N), dtype)
-            y = ops.gemm("gemm_norm", x, w, K, (res, norm_w, r), (1e-5,), tile=tile)
-            ref_y, ref_r = REF.norm_linear(x, res, norm_w, 1e-5, w)
-            assert torch.equal(r, ref_r)
-            assert rel_err(y, ref_y) <= tol(dtype)
-
-    if ops.gemm_tile_fits("gemm_silu", tile, K):
-        gate_up = torch.randn(M, 2 * K, dtype=dtype, device="cuda") * 3
-        poison_next((M, N), dtype)
-        assert rel_err(ops.gemm("gemm_silu", gate_up, w, K, tile=tile), REF.silu_linear(gate_up, w)) <= tol(dtype)
+    assert rel_err(ops.gemm(x, w, tile), REF.linear(x, w)) <= tol(dtype)
 
 
 def test_gemm_tile_takes_the_fewest_waves(ops):
     """The tile whose blocks the GPU runs in the fewest waves, walking the fewest K chunks
-    each; a split tile where few rows leave most SMs idle; the fused ops only at tiles
-    whose x' rows fit in shared memory."""
-    def waves_and_chunks(kind, tile, M, N, K):
+    each; a split tile where few rows leave most SMs idle."""
+    def waves_and_chunks(tile, M, N, K):
         bm, bn, _, split = tile
         blocks = math.ceil(M / bm) * math.ceil(N / bn) * split
-        return math.ceil(blocks / (ops.num_sms * ops.gemm_blocks_per_sm(kind, tile, K))), math.ceil(K / 64 / split)
-    for kind in ("gemm_plain", "gemm_norm", "gemm_silu"):
-        for M, N, K in [(256, 3072, 576), (256, 960, 576), (128, 576, 1536), (64, 3072, 576), (8, 960, 576)]:
-            tile = ops.gemm_tile(kind, M, N, K)
-            fitting = [t for t in GEMM_TILES if ops.gemm_tile_fits(kind, t, K)]
-            assert tile in fitting
-            assert waves_and_chunks(kind, tile, M, N, K) == min(waves_and_chunks(kind, t, M, N, K) for t in fitting)
-    assert ops.gemm_tile("gemm_plain", 8, 960, 576)[3] > 1
-    assert ops.gemm_tile("gemm_silu", 256, 576, 1536)[0] <= 64   # 128 rows of x' over K = 1536 do not fit
-    assert ops.gemm_tile("gemm_norm", 8, 960, 1 << 16) is None
+        return math.ceil(blocks / (ops.num_sms * ops.gemm_blocks_per_sm(tile))), math.ceil(K / 64 / split)
+    for M, N, K in [(256, 3072, 576), (256, 960, 576), (128, 576, 1536), (64, 3072, 576), (8, 960, 576)]:
+        tile = ops.gemm_tile(M, N, K)
+        assert tile in GEMM_TILES
+        assert waves_and_chunks(tile, M, N, K) == min(waves_and_chunks(t, M, N, K) for t in GEMM_TILES)
+    assert ops.gemm_tile(8, 960, 576)[3] > 1
 
 
 def attention_layer(nh, nkv, d, dtype, H=576):

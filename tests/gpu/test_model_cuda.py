@@ -156,15 +156,15 @@ def test_prefill_graphs_keep_outputs_and_run_every_step_with_prefill():
 def test_programmatic_edges_join_our_kernels_and_keep_outputs():
     """Decode graphs whose edges between our kernels are programmatic (engine.ops.pdl) give
     the tokens of graphs without them, bit for bit: the same kernels, launched earlier. At
-    batch 1 (the gemv path) each layer's five kernels are joined so, at batch 8 (our GEMMs,
-    norm and SiLU fused in front of theirs) its six."""
+    batch 1 (the gemv path) each layer's five kernels are joined so, at batch 8 (our GEMMs
+    after the norm and SiLU kernels) its eight."""
     params = SamplingParams(max_tokens=48, temperature=0)
     settings = dict(backend="cuda", dtype="bfloat16", kv_cache_tokens=1 << 14, max_num_seqs=8, gemm_max_rows=256)
     plain, joined = LLM(MODEL, programmatic_launch=False, **settings), LLM(MODEL, **settings)
     edges = {b: joined.runner.graphs.graph(b, True).programmatic_edges for b in (1, 8)}
     report("programmatic_edges", {"edges_by_bucket": edges})
     assert edges[1] >= 5 * joined.model_config.num_layers
-    assert edges[8] >= 6 * joined.model_config.num_layers
+    assert edges[8] >= 8 * joined.model_config.num_layers
     assert not hasattr(plain.runner.graphs.graph(1, True), "programmatic_edges")
     for batch in ([PROMPTS[0]], PROMPTS[1:3], PROMPTS[3:9]):
         assert [o.token_ids for o in joined.generate(batch, params)] == \
