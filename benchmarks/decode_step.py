@@ -6,12 +6,14 @@ sampling), replayed on dummy weights of the SmolLM2-135M architecture with every
 row at the given context; timed with CUDA events after warm-up, median of many
 replays, rotating over several rows-to-blocks layouts so that the KV reads are
 not served from L2. The floor is the bytes the step must read (weights + the
-KV of every row) at the measured device copy rate.
+KV of every row) at the measured device copy rate. `--context LO-HI` gives each row its
+own context, drawn uniformly from LO..HI (seeded: the same lengths every run), as a
+batch of mixed lengths is in nano-bench; the decode work list is planned from them.
 Figures are also written to the results store as the micro-benchmark
 `decode-step-b<batch>-c<context>` (jobs/microbench.py) unless --no-store.
 --profile prints the step's kernels (torch.profiler over 20 replays): time per
 step by kernel, the breakdown the roofline gap is read from.
-Usage: python3 benchmarks/decode_step.py [--batch 256] [--context 1024] [--no-store] [--profile]
+Usage: python3 benchmarks/decode_step.py [--batch 256] [--context 1024 | LO-HI] [--no-store] [--profile]
 """
 from __future__ import annotations
 
@@ -30,18 +32,40 @@ from jobs.store.models import utcnow  # noqa: E402
 COPY_CEILING = 4.26e12  # bytes/s, device-to-device copy measured on the H200 (GPU-HOST.md)
 
 
+def context_range(text: str) -> tuple[int, int]:
+    """`--context`: N (every row N cached tokens) or LO-HI (each row its own, uniform)."""
+    lo, dash, hi = text.partition("-")
+    try:
+        lo, hi = int(lo), int(hi if dash else lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected N or LO-HI, whole numbers") from None
+    if not 1 <= lo <= hi:
+        raise argparse.ArgumentTypeError(f"{text!r}: need 1 <= LO <= HI")
+    return lo, hi
+
+
+def ctx_config(lo: int, hi: int):
+    """The context as the run's config records it: the number for equal lengths (the
+    series these runs always had), the range with its draw otherwise."""
+    return lo if lo == hi else {"uniform": [lo, hi], "seed": 0}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="dummy:smollm2-135m")
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--context", type=context_range, default=(1024, 1024),
+                    help="cached tokens a row: N, or LO-HI for lengths drawn uniformly per row")
     ap.add_argument("--layouts", type=int, default=4, help="distinct block layouts to rotate over")
     ap.add_argument("--no-store", action="store_true", help="print only; record nothing in the results store")
     ap.add_argument("--profile", action="store_true", help="also print the step's time by kernel")
     args = ap.parse_args()
     started = utcnow()
-    B, ctx, bs = args.batch, args.context, 16
-    blocks_per_row = math.ceil((ctx + 1) / bs)
+    B, bs = args.batch, 16
+    lo, hi = args.context
+    label = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    ctx = torch.randint(lo, hi + 1, (B,), generator=torch.Generator().manual_seed(0)).cuda()
+    blocks_per_row = math.ceil((hi + 1) / bs)
     llm = LLM(args.model, backend="cuda", max_num_seqs=B,
               kv_cache_tokens=args.layouts * B * blocks_per_row * bs)
     graphs, inputs = llm.runner.graphs, llm.runner.inputs.views
@@ -56,7 +80,7 @@ def main() -> None:
     def run(i: int) -> None:
         table = layouts[i % args.layouts]
         inputs["block_tables"][:B, :blocks_per_row] = table
-        inputs["slots"][:B] = table[:, ctx // bs].long() * bs + ctx % bs
+        inputs["slots"][:B] = table.gather(1, (ctx // bs)[:, None])[:, 0].long() * bs + ctx % bs
         g.replay()
 
     for i in range(20):
@@ -73,9 +97,9 @@ def main() -> None:
     step = statistics.median(times)
     c = llm.model_config
     weight_bytes = llm.model.decode_bytes()
-    kv_bytes = B * (ctx + 1) * llm._kv_bytes_per_token()
+    kv_bytes = int((ctx + 1).sum()) * llm._kv_bytes_per_token()
     floor = (weight_bytes + kv_bytes) / COPY_CEILING
-    print(f"decode step B={B} ctx={ctx} ({c.num_layers} layers, graph replay): median {step * 1e3:.3f} ms; "
+    print(f"decode step B={B} ctx={label} ({c.num_layers} layers, graph replay): median {step * 1e3:.3f} ms; "
           f"floor {floor * 1e3:.3f} ms (weights {weight_bytes / 1e6:.0f} MB + KV {kv_bytes / 1e6:.0f} MB "
           f"at 4.26 TB/s); ratio {step / floor:.2f}x; {getattr(g, 'programmatic_edges', 0)} programmatic edges "
           f"(engine.ops.pdl)")
@@ -85,11 +109,11 @@ def main() -> None:
     print("GPU memory: " + ", ".join(f"{k} {v / 1e9:.3f} GB" for k, v in mem.items()))
     if not args.no_store:
         from jobs.microbench import record_microbench
-        config = {"model": args.model, "batch": B, "context": ctx, "dtype": str(llm.dtype).removeprefix("torch."),
-                  "layouts": args.layouts}
+        config = {"model": args.model, "batch": B, "context": ctx_config(lo, hi),
+                  "dtype": str(llm.dtype).removeprefix("torch."), "layouts": args.layouts}
         figures = {"decode_step_s": step, "roofline_ratio": step / floor,
                    "memory_other_frac": mem["other"] / mem["peak_allocated"]}
-        run_id = record_microbench(f"decode-step-b{B}-c{ctx}", config, figures, started, utcnow())
+        run_id = record_microbench(f"decode-step-b{B}-c{label}", config, figures, started, utcnow())
         print(f"recorded run {run_id}")
 
 
