@@ -86,6 +86,10 @@ def main() -> None:
     for i in range(20):
         run(i)
     times = []
+    # An NVTX range around the timed replays only, for profilers: `ncu --nvtx --nvtx-include
+    # "timed/" -k regex:attn_decode -c 1 python3 benchmarks/decode_step.py ...` profiles a
+    # measured launch, not one of the engine's start-up or warm-up ones.
+    torch.cuda.nvtx.range_push("timed")
     for i in range(200):
         run(i)   # staging the layout is outside the timed region: only the replay is timed
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -94,6 +98,7 @@ def main() -> None:
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b) * 1e-3)
+    torch.cuda.nvtx.range_pop()
     step = statistics.median(times)
     c = llm.model_config
     weight_bytes = llm.model.decode_bytes()
