@@ -197,7 +197,8 @@ def register(sub) -> None:
     p.add_argument("--workload", required=True, help=f"a workload of {workloads_file()}: {_workload_choices()}")
     p.add_argument("--engine", action="append", choices=sorted(ENGINES), required=True,
                    help="repeat to run several engines in one run (the last is the agreement reference)")
-    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--model", help=f"alias, GGUF path, Hugging Face folder or dummy:<preset> (default: the "
+                                   f"workload's model if it states one, else {DEFAULT_MODEL})")
     p.add_argument("--backend", default="auto", choices=["auto", "cuda", "torch"], help="our engine's backend")
     p.add_argument("--dtype", default="auto", choices=list(DTYPES),
                    help="weights and activations of ours and hf (auto: the workload's dtype if it names one, "
@@ -225,10 +226,12 @@ def _workload_choices() -> str:
 
 
 def check_inputs(args: argparse.Namespace) -> tuple[Workload, str | None]:
-    """Everything that can be refused before any engine runs: the workload, the ref, the model, the peers."""
+    """Everything that can be refused before any engine runs: the workload, the ref, the model,
+    the peers. Sets args.model to the model the run measures."""
     try:
         workload = get_workload(args.workload)
         workload.requests()   # its chat file read now, not after the first engine ran
+        args.model = workload.model_for(args.model, DEFAULT_MODEL)
     except WorkloadError as e:
         raise UsageError(str(e)) from None
     if args.dtype not in ("auto", workload.dtype) and workload.dtype != "auto":

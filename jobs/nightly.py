@@ -248,8 +248,8 @@ def run_bench_cell(cell: dict, config: NightlyConfig, staging: Path, lease_wait_
             log.info("%s on %s, preflight on its GPU: %s (%s)", cell["engine"], workload.name, quiet.status,
                      quiet.reason)
         started = utcnow()
-        result = run_engine(workload, cell["engine"], config.model, config.backend, config.device,
-                            gpu_index=leased.index, host_inputs=host_inputs, siblings=siblings)
+        result = run_engine(workload, cell["engine"], workload.model_for(None, config.model), config.backend,
+                            config.device, gpu_index=leased.index, host_inputs=host_inputs, siblings=siblings)
         finished = utcnow()
     meta = {"engine": cell["engine"], "workload": workload.name, "config": result.run.config,
             "metrics": result.metrics, "wall_s": result.run.wall_s, "started_at": started.isoformat(),
@@ -298,8 +298,8 @@ def land_bench_results(staged: list[dict], config: NightlyConfig, preflight_outc
         run_uuid = str(uuid.uuid5(RUN_ID_NAMESPACE, f"{dag_id}/{run_id}/{name}"))
         started = min(datetime.fromisoformat(m["started_at"]) for m, _ in cells)
         finished = max(datetime.fromisoformat(m["finished_at"]) for m, _ in cells)
-        run_ids.append(record(results, started, finished, config.model, outcome, store, host=cells[0][0]["host"],
-                              id=run_uuid, airflow_dag_id=dag_id, airflow_run_id=run_id))
+        run_ids.append(record(results, started, finished, workload.model_for(None, config.model), outcome, store,
+                              host=cells[0][0]["host"], id=run_uuid, airflow_dag_id=dag_id, airflow_run_id=run_id))
     return run_ids
 
 

@@ -92,6 +92,9 @@ class Workload:
     # How lengths are spread over their range: None is uniform.
     input_shape: Lognormal | None = None
     output_shape: Lognormal | None = None
+    # The model the workload is stated for (a goal on one architecture, e.g. a dummy preset);
+    # None: the run's choice.
+    model: str | None = None
     spec: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -107,6 +110,15 @@ class Workload:
         else:
             prompts = _chat_prompts(self.chat_path, self.count, self.name)
         return [Request(p, draw_length(rng, self.output_len, self.output_shape)) for p in prompts]
+
+    def model_for(self, asked: str | None, default: str) -> str:
+        """The model a run of this workload measures: the one asked for, else the workload's,
+        else `default`; a WorkloadError when the workload states another (its figures would
+        stand for the wrong model)."""
+        if self.model and asked not in (None, self.model):
+            raise WorkloadError(f"workload {self.name!r} is stated for model {self.model!r}; "
+                                f"model {asked!r} contradicts it")
+        return asked or self.model or default
 
     def request_seed(self, index: int) -> int:
         """Request `index`'s sampling seed: every engine that takes a seed gets this one."""
@@ -249,6 +261,9 @@ def _parse(name: str, spec, base: Path) -> Workload:
     shared_prefixes = spec.get("shared_prefixes", False)
     if not isinstance(shared_prefixes, bool):
         fail("shared_prefixes", f"must be true or false, got {shared_prefixes!r}")
+    model = spec.get("model")
+    if model is not None and not (isinstance(model, str) and model.strip()):
+        fail("model", f"must be a model name (as --model takes it), got {model!r}")
     hardware = need(spec, "hardware", str, "hardware")
     if hardware not in HARDWARE:
         fail("hardware", f"must be one of {', '.join(HARDWARE)}")
@@ -264,4 +279,4 @@ def _parse(name: str, spec, base: Path) -> Workload:
         min_agreement=min_agreement, chat_path=chat_path, dtype=dtype, quantization=quantization,
         top_p=float(sampling.get("top_p", 1.0)), top_k=int(sampling.get("top_k", 0)),
         shared_prefixes=shared_prefixes, max_foreign_cpus=float(max_foreign_cpus), input_shape=input_shape,
-        output_shape=output_shape, spec=spec)
+        output_shape=output_shape, model=model, spec=spec)
