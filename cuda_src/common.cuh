@@ -97,8 +97,8 @@ template <> __device__ __forceinline__ uint4 load8_as<f16, f16>(const f16* p) {
     return *reinterpret_cast<const uint4*>(p);
 }
 
-// The elementwise ops that the norm, SiLU, gemv and GEMM kernels share, rounded in one place
-// so that a fused kernel's x' is bit for bit the separate op's output (before its last
+// The elementwise ops that the norm, SiLU and gemv kernels share, rounded in one place so
+// that a gemv kernel's fused x' is bit for bit the separate op's output (before its last
 // rounding to T):
 //   RMSNorm: weight * T(r * inv_rms);   SiLU-and-mul: T(silu(gate)) * up, as torch rounds it.
 template <typename T> __device__ __forceinline__ float rms_normed(float r, float inv_rms, float weight) {

@@ -138,14 +138,15 @@ def record(results: list[BenchResult], started_at: datetime, finished_at: dateti
                       known_workloads=workload_names())
 
 
-def run_at_commit(workload: Workload, sha: str, args: argparse.Namespace) -> tuple[list[BenchResult], str]:
+def run_at_commit(workload: Workload, sha: str, model: str, args: argparse.Namespace
+                  ) -> tuple[list[BenchResult], str]:
     """The engines as the code at commit `sha` runs them: its own `bench --json`, in a temporary
     worktree; with the content hash of that worktree's code (jobs.code_identity)."""
     from jobs.code_identity import code_hash
     from jobs.git_ref import worktree_at
     with worktree_at(sha) as tree, tempfile.TemporaryDirectory(prefix="roadgate-ref-out-") as out:
         summary = Path(out) / "bench.json"
-        command = [sys.executable, "-m", "jobs.cli", "bench", "--workload", workload.name, "--model", args.model,
+        command = [sys.executable, "-m", "jobs.cli", "bench", "--workload", workload.name, "--model", model,
                    "--backend", args.backend, "--device", args.device, "--no-store", "--json", str(summary)]
         if args.dtype != "auto":   # older commits may not know the option; "auto" is their behaviour
             command += ["--dtype", args.dtype]
@@ -225,13 +226,13 @@ def _workload_choices() -> str:
         return "(the file cannot be read: `roadgate bench` says why)"
 
 
-def check_inputs(args: argparse.Namespace) -> tuple[Workload, str | None]:
+def check_inputs(args: argparse.Namespace) -> tuple[Workload, str | None, str]:
     """Everything that can be refused before any engine runs: the workload, the ref, the model,
-    the peers. Sets args.model to the model the run measures."""
+    the peers. Returns the workload, the ref's commit and the model the run measures."""
     try:
         workload = get_workload(args.workload)
         workload.requests()   # its chat file read now, not after the first engine ran
-        args.model = workload.model_for(args.model, DEFAULT_MODEL)
+        model = workload.model_for(args.model, DEFAULT_MODEL)
     except WorkloadError as e:
         raise UsageError(str(e)) from None
     if args.dtype not in ("auto", workload.dtype) and workload.dtype != "auto":
@@ -246,16 +247,16 @@ def check_inputs(args: argparse.Namespace) -> tuple[Workload, str | None]:
             raise UsageError(str(e)) from None
     from engine.model_source import ModelSourceError, alias_path, resolve
     try:
-        resolve(args.model)
+        resolve(model)
     except ModelSourceError as e:
         raise UsageError(str(e)) from None
-    if "llamacpp" in args.engine and alias_path(args.model).suffix != ".gguf":
-        raise UsageError(f"model {args.model!r}: llama.cpp needs a GGUF file")
+    if "llamacpp" in args.engine and alias_path(model).suffix != ".gguf":
+        raise UsageError(f"model {model!r}: llama.cpp needs a GGUF file")
     for engine in dict.fromkeys(args.engine):
         package = ENGINE_PACKAGES.get(engine)
         if package and importlib.util.find_spec(package) is None:
             raise UsageError(f"engine {engine!r} needs the Python package {package!r}: pip install -e '.[peers]'")
-    return workload, sha
+    return workload, sha, model
 
 
 def run_cli(args: argparse.Namespace) -> int:
@@ -263,7 +264,7 @@ def run_cli(args: argparse.Namespace) -> int:
     # the job's own time starts after it.
     import torch  # noqa: F401
     job_start = time.perf_counter()
-    workload, sha = check_inputs(args)
+    workload, sha, model = check_inputs(args)
     store = None
     if not args.no_store:   # opened and migrated before any engine runs: a bad store must not cost a benchmark
         from jobs.store import open_ready_store
@@ -287,14 +288,14 @@ def run_cli(args: argparse.Namespace) -> int:
         started = utcnow()
         if sha:
             try:
-                results, ref_code_hash = run_at_commit(workload, sha, args)
+                results, ref_code_hash = run_at_commit(workload, sha, model, args)
             except RefRunError as e:
                 if e.returncode == 2:
                     raise UsageError(str(e)) from None
                 print(f"roadgate bench: error: {e}", file=sys.stderr)
                 return 1
         else:
-            results = [run_engine(workload, e, args.model, args.backend, args.device, args.dtype,
+            results = [run_engine(workload, e, model, args.backend, args.device, args.dtype,
                                   gpu_index=leased.index if leased else 0) for e in args.engine]
     if leased:   # released now: the record says until when
         for r in results:
@@ -308,7 +309,7 @@ def run_cli(args: argparse.Namespace) -> int:
     if not args.no_store:
         # A run at a ref is recorded under that commit's sha: its code is what ran.
         host = {**host_facts(), "git_sha": sha, "git_dirty": False, "code_hash": ref_code_hash} if sha else None
-        run_id = record(results, started, utcnow(), args.model, outcome, store, host=host, job_metrics=job_metrics,
+        run_id = record(results, started, utcnow(), model, outcome, store, host=host, job_metrics=job_metrics,
                         kind="bench-at-ref" if sha else "bench")
         print(f"recorded run {run_id}" + (f" (code at {args.ref}: {sha})" if sha else ""))
     if job_metrics:
