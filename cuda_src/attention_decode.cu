@@ -267,8 +267,11 @@ __device__ __forceinline__ void rope_inputs(const T* row, int kvh, int nh, int n
         for (int j = threadIdx.x; j < D; j += THREADS) v_cache[(slot * nkv + kvh) * D + j] = row[(nh + nkv + kvh) * D + j];
 }
 
-// One work item: chunk `split` (of `chunk` keys) of sequence b, KV head kvh; its partials
-// go to workspace row first_split + split.
+// One work item: chunk `split` of sequence b, KV head kvh (row_plan[b]: keys per chunk, and
+// the row's first workspace split, where its partials go). It claims the block's next item
+// (into `next`) while it reads its last V rows: the atomic's round trip to L2 then overlaps
+// them instead of delaying the next item's first loads. No earlier: a block busy with a
+// long item would take work that an idle block should get.
 template <typename T, int D, int G>
 __device__ void decode_item(const T* __restrict__ q, int64_t q_stride, T* k_cache, T* v_cache,
                             const int* __restrict__ block_tables, int max_blocks,
@@ -276,7 +279,8 @@ __device__ void decode_item(const T* __restrict__ q, int64_t q_stride, T* k_cach
                             T* __restrict__ out, float* __restrict__ part_o, float2* __restrict__ part_ml,
                             int* __restrict__ split_counters, int nh, int nkv, int bs, float scale,
                             const int64_t* __restrict__ positions, const float* __restrict__ cos_sin,
-                            const int64_t* __restrict__ slots, int b, int kvh, int split, int chunk, int first_split) {
+                            const int64_t* __restrict__ slots, const int2* __restrict__ row_plan, int b, int kvh,
+                            int split, int* queue, int& next) {
     constexpr int DPT = D / DIM_LANES;
     extern __shared__ float scores[];              // [G][chunk]
     __shared__ __align__(16) float qs[G][D];       // pre-scaled queries
@@ -286,6 +290,8 @@ __device__ void decode_item(const T* __restrict__ q, int64_t q_stride, T* k_cach
     __shared__ bool last_split;
 
     const int L = seq_lens[b];
+    const int2 plan = row_plan[b];
+    const int chunk = plan.x, first_split = plan.y;
     const int start = split * chunk, end = min(L, start + chunk);
     const int used = (L + chunk - 1) / chunk;      // chunks of this sequence
     const int tok = query_start_loc[b];
@@ -370,6 +376,7 @@ __device__ void decode_item(const T* __restrict__ q, int64_t q_stride, T* k_cach
         for (int c = 0; c < DPT; ++c) acc[g][c] = 0.f;
     for (int j0 = start; j0 < end; j0 += KEY_LANES * N) {
         const int jb = j0 + key_lane * N;
+        if (tid == 0 && j0 + KEY_LANES * N >= end) next = atomicAdd(&queue[0], 1);   // the last V rows: claim
         if (jb >= end) continue;
         Row<T, DPT> rows[N];
         load_rows<T, D, DPT, N>(rows, v_cache, blocks, first, bs_shift, nkv, kvh, jb, end, d0);
@@ -450,16 +457,16 @@ __device__ void attn_decode(const T* q, int64_t q_stride, T* k_cache, T* v_cache
     pdl_start();
     __shared__ int next;
     const int count = queue[2];
+    if (threadIdx.x == 0) next = atomicAdd(&queue[0], 1);
+    __syncthreads();
     for (;;) {
-        if (threadIdx.x == 0) next = atomicAdd(&queue[0], 1);
-        __syncthreads();
         const int i = next;
         if (i >= count) break;
-        const int2 item = items[i], row = row_plan[item.x];
+        const int2 item = items[i];
         decode_item<T, D, G>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens, query_start_loc,
                              out, part_o, part_ml, split_counters, nh, nkv, bs, scale, positions, cos_sin, slots,
-                             item.x, item.y & 255, item.y >> 8, row.x, row.y);
-        __syncthreads();   // every thread has read `next`, and the item's shared memory is free
+                             row_plan, item.x, item.y & 255, item.y >> 8, queue, next);
+        __syncthreads();   // `next` holds the claim, and the item's shared memory is free
     }
     if (threadIdx.x == 0 && atomicAdd(&queue[1], 1) == gridDim.x - 1) {
         queue[0] = 0;      // no block takes another item: the next launch starts from the top

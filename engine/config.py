@@ -43,8 +43,9 @@ class EngineConfig:
     enforce_eager: bool = False           # no CUDA graphs
     # The cuda backend's decode work list (cuda_src/attention_decode.cu, plan_decode): keys per
     # chunk at least this many times the even share of one block slot. Above 1, fewer, longer
-    # chunks: each chunk costs a block's set-up and a share of the combine.
-    decode_slack: float = 1.25
+    # chunks: each chunk costs a block's set-up and a share of the combine. 1.5 measured best
+    # on mixed lengths at B=256 (docs/performance.md, session 18); 2 leaves too long a tail.
+    decode_slack: float = 1.5
     # Query rows per warp of the prefill kernel, in 16-row m-tiles: 0 picks per step
     # (engine.ops.cuda_ops.CudaOps.prefill_m_tiles); 1 or 2 forces one (tests, sweeps).
     prefill_m_tiles: int = 0

@@ -23,9 +23,9 @@ def test_bad_settings_are_refused_by_name(settings, message):
 
 
 def test_environment_overrides_fill_only_what_the_caller_left_unset():
-    env = {"ROADGATE_DECODE_SLACK": "1.5", "ROADGATE_CUDA_DEBUG": "1"}
+    env = {"ROADGATE_DECODE_SLACK": "1.75", "ROADGATE_CUDA_DEBUG": "1"}
     config = EngineConfig.from_env("m", environ=env, gemv_max_rows=4)
-    assert (config.decode_slack, config.cuda_debug, config.gemv_max_rows) == (1.5, True, 4)
+    assert (config.decode_slack, config.cuda_debug, config.gemv_max_rows) == (1.75, True, 4)
     assert EngineConfig.from_env("m", environ=env, decode_slack=2.0).decode_slack == 2.0
     with pytest.raises(ValueError, match="ROADGATE_DECODE_SLACK='many' is not a valid decode_slack"):
         EngineConfig.from_env("m", environ={"ROADGATE_DECODE_SLACK": "many"})
