@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The real GGUF in parts small enough to travel to the GPU host. A device run carries the
+# tracked tree and the paths it names, 64 MiB in all; the tree (17.6 MB on 2026-12-03)
+# grows with the shipped evidence, so ../shared/gpu-host/split-model.sh's 50 MB first half
+# no longer fits beside it. This re-splits that script's .model/a and .model/b into
+# .model/part-00, -01, ... of PART_BYTES (default 33 MB: three parts) and prints the device calls:
+# one per part, back to back while the machine is warm (it is released after ~30 s idle).
+#
+#   ../shared/gpu-host/split-model.sh && benchmarks/stage_model.sh
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+if [ ! -f .model/a ] || [ ! -f .model/b ]; then
+  echo "stage_model: no .model/a and .model/b; run ../shared/gpu-host/split-model.sh first" >&2
+  exit 2
+fi
+rm -f .model/part-*
+cat .model/a .model/b | split -b "${PART_BYTES:-33000000}" -d -a 2 - .model/part-
+parts=(.model/part-*)
+echo "staged ${#parts[@]} parts of the GGUF (sha256 $(cat "${parts[@]}" | sha256sum | cut -c1-16)…); device calls:"
+for p in "${parts[@]}"; do
+  echo "  carry [\"$p\"]:  mkdir -p /tmp/model && cp $p /tmp/model/"
+done
+echo "  then, carrying what the run needs:  cat /tmp/model/part-* > /tmp/model/smollm2.gguf && ..."
