@@ -91,7 +91,7 @@ def attention(ops):
     for label, lens, capture_len in cases:
         q, caches, meta, nbytes = decode_case(lens, capture_len=capture_len)
         out = torch.empty_like(q)
-        for slack in [default] + [x for x in (1.0, 1.5, 2.0) if x != default]:
+        for slack in [default] + [x for x in (1.0, 1.25, 1.5, 2.0) if x != default]:
             ops.decode_slack = slack
             step = dataclasses.replace(meta, device_plan=None)
 
