@@ -38,11 +38,16 @@ constexpr int MIN_BLOCK_SIZE = 8;                   // the host keeps to this
 constexpr int MIN_CHUNK = 128, MAX_CHUNK = 2048, CHUNK_ALIGN = 16;
 constexpr int MAX_SPLIT_BLOCKS = MAX_CHUNK / MIN_BLOCK_SIZE + 1;
 constexpr int PLAN_THREADS = 1024, LENGTH_BUCKETS = MAX_CHUNK / CHUNK_ALIGN;
-// The model-sized case (16-bit cache, d=64, 3 heads per KV head) is held to 80 registers
-// so 6 blocks share an SM: more warps to hide the loads' latency (72 registers and 7
-// blocks spilled and measured slower). The host sizes the work list for this many.
-constexpr int BLOCKS_PER_SM = 6;
 }
+
+// The blocks an SM holds of each kernel, as its register budget (__launch_bounds__): the
+// 16-bit d=64 kernels are held to 80 registers for up to 4 heads per KV head, so 6 blocks
+// share an SM (more warps to hide the loads' latency; 72 registers and 7 blocks spilled
+// and measured slower), and to 128 for 8 heads (4 blocks: 80 spills). Left alone, the
+// compiler gave G=4 166 registers and 3 blocks. The others are the compiler's choice; the
+// host sizes the work list from each kernel's real occupancy, whatever it is.
+template <typename T, int D, int G>
+constexpr int min_blocks_per_sm = sizeof(T) == 2 && D == 64 ? (G <= 4 ? 6 : 4) : 1;
 
 __device__ __forceinline__ int round_up(int x, int to) { return (x + to - 1) / to * to; }
 
@@ -474,9 +479,8 @@ __device__ void attn_decode(const T* q, int64_t q_stride, T* k_cache, T* v_cache
     }
 }
 
-#define MIN_BLOCKS(T, D, G) (sizeof(T) == 2 && D == 64 && G == 3 ? BLOCKS_PER_SM : 1)
 #define DECODE(T, N, D, G)                                                                                      \
-    extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS(T, D, G)) attn_decode_##N##_d##D##_g##G( \
+    extern "C" __global__ void __launch_bounds__(THREADS, min_blocks_per_sm<T, D, G>) attn_decode_##N##_d##D##_g##G( \
         const T* q, int64_t q_stride, T* k_cache, T* v_cache, const int* block_tables, int max_blocks,         \
         const int* seq_lens, const int* query_start_loc, T* out, float* part_o, float2* part_ml,               \
         int* split_counters, int nh, int nkv, int bs, float scale, const int64_t* positions,                   \

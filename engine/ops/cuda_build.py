@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.build_cache import build_once, cache_dir
@@ -68,6 +69,32 @@ def build_all(arch: str) -> dict[str, Path]:
 _STRUCT_FORMAT = {"P": "P", "i": "i", "l": "q", "f": "f"}
 
 
+@dataclass(frozen=True)
+class SmLimits:
+    """What one SM holds at once (the device's attributes of those names)."""
+    registers: int
+    threads: int
+    blocks: int
+    shared: int             # bytes, the reserve of every block included
+    reserved_shared: int    # bytes the system keeps of each block's shared memory
+
+
+# Register allocation (CUDA's occupancy calculator, sm_70 on): a warp's registers come in
+# units of 256 from one of the SM's 4 quarters, so a quarter's file holds whole warps only.
+_REG_UNIT, _SM_QUARTERS, _SMEM_UNIT = 256, 4, 128
+
+
+def blocks_per_sm(sm: SmLimits, threads: int, registers: int, shared: int) -> int:
+    """How many blocks of `threads` threads, `registers` registers a thread and `shared`
+    bytes of shared memory (static + dynamic) one SM holds at once: the least of the limits
+    by warps, blocks, registers and shared memory."""
+    warps = -(-threads // 32)
+    warp_registers = -(-registers * 32 // _REG_UNIT) * _REG_UNIT
+    by_registers = sm.registers // _SM_QUARTERS // warp_registers * _SM_QUARTERS // warps
+    block_shared = -(-(shared + sm.reserved_shared) // _SMEM_UNIT) * _SMEM_UNIT
+    return min(sm.threads // 32 // warps, sm.blocks, by_registers, sm.shared // block_shared)
+
+
 class Launcher:
     """Loads cubins and launches their kernels through PyCUDA, in the primary context that
     torch created and PyCUDA retains (see cuda_ops.py).
@@ -82,6 +109,11 @@ class Launcher:
         import torch
         self.drv, self.debug, self.device_index = drv, debug, device_index
         self._streams: dict[int, object] = {0: None}   # CUstream handle -> the pycuda.driver.Stream
+        attr, device = drv.device_attribute, drv.Device(device_index)
+        self.sm = SmLimits(*(device.get_attribute(a) for a in (
+            attr.MAX_REGISTERS_PER_MULTIPROCESSOR, attr.MAX_THREADS_PER_MULTIPROCESSOR,
+            attr.MAX_BLOCKS_PER_MULTIPROCESSOR, attr.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+            attr.RESERVED_SHARED_MEMORY_PER_BLOCK)))
         # torch's current stream as a raw handle: torch.cuda.current_stream() builds a
         # Stream object per call, a large share of an eager launch's host time.
         self._raw_stream = torch._C._cuda_getCurrentRawStream
@@ -123,6 +155,11 @@ class Kernel:
         self.function = module.module.get_function(name)
         self.function.prepare("".join(_STRUCT_FORMAT[c] for c in signature))
         self._smem_limit = 0  # dynamic shared memory opted in so far
+        self.registers, self.static_shared = self.function.num_regs, self.function.shared_size_bytes
+
+    def blocks_per_sm(self, threads: int, dynamic_shared: int = 0) -> int:
+        """How many blocks of this kernel one SM runs at once (see `blocks_per_sm`)."""
+        return blocks_per_sm(self.launcher.sm, threads, self.registers, self.static_shared + dynamic_shared)
 
     def __call__(self, grid, block, *args, shared: int = 0) -> None:
         import torch

@@ -26,7 +26,7 @@ _PREFILL_KEYS, _PREFILL_PAD = constant("PREFILL_KEYS"), constant("PREFILL_PAD")
 _PREFILL_BLOCKS_PER_SM = constant("PREFILL_BLOCKS_PER_SM")
 _DECODE_THREADS = constant("DECODE_THREADS")
 _MIN_CHUNK, _MAX_CHUNK = constant("DECODE_MIN_CHUNK"), constant("DECODE_MAX_CHUNK")
-_CHUNK_ALIGN, _DECODE_BLOCKS_PER_SM = constant("DECODE_CHUNK_ALIGN"), constant("DECODE_BLOCKS_PER_SM")
+_CHUNK_ALIGN = constant("DECODE_CHUNK_ALIGN")
 _PLAN_THREADS = constant("DECODE_PLAN_THREADS")
 _MIN_BLOCK_SIZE = constant("MIN_BLOCK_SIZE")
 _GEMV_WARPS, _GEMV_KERNEL_MAX_ROWS = constant("GEMV_WARPS"), constant("GEMV_MAX_ROWS")
@@ -111,7 +111,6 @@ class CudaOps(Ops):
         atexit.register(self._context.pop)
         major, minor = device.compute_capability()
         self.num_sms = device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
-        self._smem_per_sm = device.get_attribute(drv.device_attribute.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)
         self._smem_per_block = device.get_attribute(drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
         # The decode work list's chunk size (see plan_decode); benchmarks/kernels.py sweeps it.
         self.decode_slack = config.decode_slack
@@ -213,9 +212,9 @@ class CudaOps(Ops):
         return min(fitting, key=cost) if fitting else None
 
     def gemm_blocks_per_sm(self, tile: tuple[int, int, int, int]) -> int:
-        """How many blocks of `tile` an SM holds at once: shared memory is what runs out
-        (the driver keeps 1 KiB of it per block)."""
-        return self._smem_per_sm // (_gemm_smem(tile) + 1024)
+        """How many blocks of `tile` an SM holds at once (shared memory is what runs out; the
+        f16 kernels are the bf16 ones' code)."""
+        return self._k["gemm", "bf16", *tile].blocks_per_sm(128, _gemm_smem(tile))
 
     def gemm(self, x: torch.Tensor, weight: torch.Tensor, tile: tuple[int, int, int, int] | None = None
              ) -> torch.Tensor:
@@ -358,17 +357,21 @@ class CudaOps(Ops):
                                       nkv, bs, float(scale * math.log2(math.e)),
                                       shared=2 * 2 * _PREFILL_KEYS * (d + _PREFILL_PAD) * 2)  # K, V; 2 stages
 
-    def plan_decode(self, meta, nh: int, nkv: int, d: int) -> DecodeWorkList:
+    def plan_decode(self, meta, dt: str, nh: int, nkv: int, d: int) -> DecodeWorkList:
         """Launch plan_decode for the step of `meta`; its work list. The buffers are sized
         from the batch and its longest row (in a CUDA graph: max_model_len), which bound
         the chunks: each holds at least MIN_CHUNK keys, or the even share of a slot times
-        the slack, or MAX_CHUNK when that share is larger."""
+        the slack, or MAX_CHUNK when that share is larger. A slot is a block the GPU runs
+        at once of the kernel that will take the list: its registers set how many an SM
+        holds, then its shared memory for the chunks planned (which may hold fewer)."""
         B, max_len = meta.seq_lens.shape[0], meta.max_seq_len
         if nkv > 255:
             raise ValueError(f"cuda decode attention packs the KV head into 8 bits; {nkv} KV heads do not fit")
-        slots = self.num_sms * _DECODE_BLOCKS_PER_SM
+        kernel = self._decode_kernel(dt, d, nh // nkv)
+        slots = self.num_sms * kernel.blocks_per_sm(_DECODE_THREADS)
         share = math.ceil(nkv * B * max_len * self.decode_slack / slots)
         max_chunk = min(_MAX_CHUNK, _CHUNK_ALIGN * math.ceil(max(_MIN_CHUNK, min(share, max_len)) / _CHUNK_ALIGN))
+        slots = self.num_sms * kernel.blocks_per_sm(_DECODE_THREADS, nh // nkv * max_chunk * 4)
         splits = min(B * math.ceil(max_len / _MIN_CHUNK),
                      B + max(math.ceil(slots / nkv), B * math.ceil(max_len / max_chunk)))
         dev = meta.seq_lens.device
@@ -382,14 +385,17 @@ class CudaOps(Ops):
                                work.row_plan, work.items, self.work_queue)
         return work
 
-    def _decode(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs, rope=None):
-        G = nh // nkv
+    def _decode_kernel(self, dt: str, d: int, G: int):
         if G not in DECODE_GROUPS:
             raise ValueError(f"cuda decode attention is built for {DECODE_GROUPS} query heads per KV head, not {G}")
+        return self._k["decode", dt, d, G]
+
+    def _decode(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs, rope=None):
+        G = nh // nkv
         if meta.device_plan is None:      # the step's first layer plans for all of them
-            meta.device_plan = self.plan_decode(meta, nh, nkv, d)
+            meta.device_plan = self.plan_decode(meta, dt, nh, nkv, d)
         work = meta.device_plan
-        self._k["decode", dt, d, G](
+        self._decode_kernel(dt, d, G)(
             work.grid, _DECODE_THREADS, q, q.stride(0), k_cache, v_cache, meta.block_tables,
             meta.block_tables.shape[1], meta.seq_lens, meta.query_start_loc, out, work.part_o, work.part_ml,
             self._counters(B * nkv, q.device), nh, nkv, bs, float(scale), *(rope or (None, None, None)),

@@ -30,7 +30,6 @@ CONSTANTS = {
     "DECODE_MIN_CHUNK": ("attention_decode.cu", "MIN_CHUNK", 128),
     "DECODE_MAX_CHUNK": ("attention_decode.cu", "MAX_CHUNK", 2048),
     "DECODE_CHUNK_ALIGN": ("attention_decode.cu", "CHUNK_ALIGN", 16),
-    "DECODE_BLOCKS_PER_SM": ("attention_decode.cu", "BLOCKS_PER_SM", 6),
     "DECODE_PLAN_THREADS": ("attention_decode.cu", "PLAN_THREADS", 1024),
     "MIN_BLOCK_SIZE": ("attention_decode.cu", "MIN_BLOCK_SIZE", 8),
     "RMS_NORM_ROWS_PER_BLOCK": ("rms_norm.cu", "ROWS_PER_BLOCK", 4),

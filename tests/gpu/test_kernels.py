@@ -344,7 +344,7 @@ def test_decode_work_list_covers_every_key_once_longest_first(ops, seq_lens, cap
     nh, nkv, d = 9, 3, 64
     q, kv, step = paged_batch([1] * len(seq_lens), seq_lens, nh, nkv, d, torch.bfloat16)
     meta = dataclasses.replace(step.meta, max_seq_len=capture_len or max(seq_lens))
-    work = ops.plan_decode(meta, nh, nkv, d)
+    work = ops.plan_decode(meta, "bf16", nh, nkv, d)
     count = ops.work_queue[2].item()
     assert 0 < count <= work.items.shape[0]
     rows = work.row_plan.cpu().tolist()
@@ -367,6 +367,44 @@ def test_decode_work_list_covers_every_key_once_longest_first(ops, seq_lens, cap
     assert first <= work.part_o.shape[0]
     ops.attention(q, kv, dataclasses.replace(step, meta=dataclasses.replace(step.meta, device_plan=work)))
     assert ops.work_queue[:2].tolist() == [0, 0]
+
+
+def driver_blocks_per_sm(cubin: bytes, name: str, threads: int, dynamic_shared: int) -> int:
+    """The driver's own occupancy answer (cuOccupancyMaxActiveBlocksPerMultiprocessor) for a
+    kernel of `cubin`, loaded apart from PyCUDA (which does not expose a function's handle)."""
+    import ctypes
+    cuda = ctypes.CDLL("libcuda.so.1")
+    module, function, blocks = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_int()
+    assert cuda.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(cubin)) == 0
+    try:
+        assert cuda.cuModuleGetFunction(ctypes.byref(function), module, name.encode()) == 0
+        max_dynamic_shared_size_bytes = 8    # CUfunction_attribute
+        assert cuda.cuFuncSetAttribute(function, max_dynamic_shared_size_bytes, dynamic_shared) == 0
+        assert cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            ctypes.byref(blocks), function, threads, ctypes.c_size_t(dynamic_shared)) == 0
+    finally:
+        cuda.cuModuleUnload(module)
+    return blocks.value
+
+
+def test_decode_occupancy_is_the_drivers(ops):
+    """The work list is sized by each decode kernel's occupancy as we reckon it (registers,
+    then shared memory for the planned chunks): the driver's answer, for every kernel and
+    chunk size; and the model-sized kernels keep to the register budget that gives 6 blocks."""
+    from engine.ops import cuda_build
+    from engine.ops.kernel_table import KERNELS
+    major, minor = torch.cuda.get_device_capability()
+    cubin = cuda_build.build_all(f"sm_{major}{minor}")["attention_decode"].read_bytes()
+    for spec in KERNELS:
+        if spec.key[0] != "decode":
+            continue
+        G, kernel = spec.key[3], ops._k[spec.key]
+        for max_chunk in (0, 128, 1024, 2048):
+            ours = kernel.blocks_per_sm(128, G * max_chunk * 4)
+            assert ours == driver_blocks_per_sm(cubin, spec.name, 128, G * max_chunk * 4), (spec.name, max_chunk)
+    for dt in ("bf16", "f16"):
+        for G in (3, 4):
+            assert ops._k["decode", dt, 64, G].blocks_per_sm(128) == 6, (dt, G)
 
 
 @pytest.fixture(scope="module", params=[1.0, 2.0])
