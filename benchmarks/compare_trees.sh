@@ -8,37 +8,58 @@
 #
 #   benchmarks/compare_trees.sh BEFORE_TREE AFTER_TREE [BENCH...]
 #
+# A TREE is a whole checkout, or only some of its code folders (e.g. `git archive REV engine
+# cuda_src`: a device run carries 64 MiB, too little for two whole trees); those are laid
+# over a copy of this checkout in $OUT/trees/<side>. Each side runs from its own tree: the
+# benchmark scripts put their own checkout first on sys.path, so PYTHONPATH cannot pick one.
 # BENCH: a workload (roadgate bench --engine ours --backend cuda --preflight: quiet host,
-# cold prefix cache), or decode-step (benchmarks/decode_step.py, B=256, context 1024).
-# Default: nano-bench fixed-256x128x128 latency-b1 decode-step. MODEL: the GGUF to run.
+# cold prefix cache), or decode-step (benchmarks/decode_step.py, default B=256, context
+# 1024); either may end in @ARG,ARG,... for more arguments (decode-step@--batch=64,--no-store).
+# Default: nano-bench fixed-256x128x128 latency-b1 decode-step. MODEL: the GGUF the
+# workloads run (default /tmp/model/smollm2.gguf; MODEL= for the workload's own model).
 set -uo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 BEFORE_TREE AFTER_TREE [BENCH...]" >&2; exit 2; }
-before=$(cd "$1" && pwd) && after=$(cd "$2" && pwd) || exit 2
+checkout=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-out}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+
+tree_of() {  # tree_of DIR SIDE: DIR if it is a whole tree, else a copy of this checkout with DIR laid over it
+  local dir copy="$OUT/trees/$2"
+  dir=$(cd "$1" && pwd) || return 2
+  if [ -d "$dir/jobs" ] && [ -d "$dir/benchmarks" ]; then echo "$dir"; return; fi
+  rm -rf "$copy" && mkdir -p "$copy" || return 2
+  tar -C "$checkout" --exclude=./.git --exclude=./.whl --exclude=./.model --exclude=./.venv \
+      --exclude="./${OUT#"$checkout"/}" -cf - . | tar -C "$copy" -xf - &&
+    cp -r "$dir"/. "$copy"/ && echo "$copy"
+}
+for tree in "$1" "$2"; do [ -d "$tree" ] || { echo "$tree: no such folder" >&2; exit 2; }; done
+before=$(tree_of "$1" before) && after=$(tree_of "$2" after) || exit 2
 shift 2
 benches=("$@")
 [ ${#benches[@]} -gt 0 ] || benches=(nano-bench fixed-256x128x128 latency-b1 decode-step)
-OUT=${OUT:-out}
-mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
-MODEL=${MODEL:-/tmp/model/smollm2.gguf}
+MODEL=${MODEL-/tmp/model/smollm2.gguf}
 summary=()
 
 run() {  # run SIDE TREE BENCH N
-  local side=$1 tree=$2 bench=$3 log="$OUT/$1/$4-$3.log" rc
+  local side=$1 tree=$2 name=${3%%@*} extra=() rc
+  [[ $3 == *@* ]] && IFS=, read -ra extra <<< "${3#*@}"
+  local log="$OUT/$side/$4-$name.log"
   mkdir -p "$OUT/$side"
   (
     cd "$tree" || exit 2
     export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$tree ROADGATE_DATA_DIR=$OUT/$side/data PYTHONUNBUFFERED=1
-    if [ "$bench" = decode-step ]; then
-      python3 benchmarks/decode_step.py
+    if [ "$name" = decode-step ]; then
+      python3 benchmarks/decode_step.py "${extra[@]}"
     else
-      python3 -m jobs.cli bench --workload "$bench" --model "$MODEL" --engine ours --backend cuda --preflight
+      python3 -m jobs.cli bench --workload "$name" ${MODEL:+--model "$MODEL"} --engine ours --backend cuda \
+          --preflight "${extra[@]}"
     fi
   ) > "$log" 2>&1
   rc=$?
   # The figure line (bench's row of ours, decode_step's median), else the last line: the error.
   local figure
-  figure=$(grep -E "^(decode step |$bench +ours/)" "$log" | tail -n 1)
-  summary+=("$(printf '%-6s %-18s rc=%-3s %s' "$side" "$bench" "$rc" "${figure:-$(tail -n 1 "$log")}")")
+  figure=$(grep -E "^(decode step |$name +ours/)" "$log" | tail -n 1)
+  summary+=("$(printf '%-6s %-18s rc=%-3s %s' "$side" "$3" "$rc" "${figure:-$(tail -n 1 "$log")}")")
 }
 
 n=0

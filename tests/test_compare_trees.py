@@ -45,3 +45,34 @@ def test_too_few_arguments_get_one_line_and_status_2(tmp_path):
     result = subprocess.run(["bash", str(REPO / "benchmarks" / "compare_trees.sh"), str(tmp_path)],
                             capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "usage" in result.stderr
+
+
+def test_partial_trees_are_laid_over_the_checkout_and_benches_take_arguments(tmp_path):
+    """Trees holding only some folders (what a device run has room for) each run from their own
+    copy of the checkout; `bench@a,b` passes a and b on, and MODEL= leaves the workload's model."""
+    for name in ("old", "new"):
+        (tmp_path / name / "engine").mkdir(parents=True)
+        (tmp_path / name / "engine" / "variant.txt").write_text(name)
+        (tmp_path / name / "benchmarks").mkdir()
+        (tmp_path / name / "benchmarks" / "decode_step.py").write_text(
+            "import sys\nfrom pathlib import Path\n"
+            "print('decode step', Path('engine/variant.txt').read_text(), Path('jobs/cli.py').is_file(), *sys.argv[1:])\n")
+    out = tmp_path / "out"
+    result = subprocess.run(["bash", str(REPO / "benchmarks" / "compare_trees.sh"), str(tmp_path / "old"),
+                             str(tmp_path / "new"), "decode-step@--batch=64,--context=100-2048"],
+                            env={**os.environ, "OUT": str(out), "MODEL": "",
+                                 "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    before, after = result.stdout.splitlines()
+    assert before.startswith("before") and before.endswith("decode step old True --batch=64 --context=100-2048")
+    assert after.startswith("after") and after.endswith("decode step new True --batch=64 --context=100-2048")
+    assert (out / "trees" / "after" / "jobs" / "cli.py").is_file() and not (out / "trees" / "after" / ".git").exists()
+    assert (REPO / "engine" / "__init__.py").is_file() and not (REPO / "engine" / "variant.txt").exists()
+
+
+def test_a_missing_tree_gets_one_line_and_status_2(tmp_path):
+    result = subprocess.run(["bash", str(REPO / "benchmarks" / "compare_trees.sh"), str(tmp_path / "nope"),
+                             str(tmp_path)], env={**os.environ, "OUT": str(tmp_path / "out")},
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "no such folder" in result.stderr
