@@ -124,6 +124,10 @@ class CudaOps(Ops):
         self.launcher = cuda_build.Launcher(torch.cuda.current_device(), debug=config.cuda_debug)
         mods = {stem: self.launcher.load(path) for stem, path in cubins.items()}
         self._k = {spec.key: mods[spec.source].kernel(spec.name, spec.signature) for spec in KERNELS}
+        # Blocks an SM holds of each GEMM tile (the f16 kernels are the bf16 ones' code):
+        # shared memory is what runs out.
+        self._gemm_blocks = {tile: self._k["gemm", "bf16", *tile].blocks_per_sm(128, _gemm_smem(tile))
+                             for tile in GEMM_TILES}
         # Decode attention's per-(sequence, KV head) split counters. Kernels leave them
         # zero; a larger batch gets a new buffer, and old ones stay alive because
         # captured CUDA graphs hold their addresses.
@@ -212,9 +216,8 @@ class CudaOps(Ops):
         return min(fitting, key=cost) if fitting else None
 
     def gemm_blocks_per_sm(self, tile: tuple[int, int, int, int]) -> int:
-        """How many blocks of `tile` an SM holds at once (shared memory is what runs out; the
-        f16 kernels are the bf16 ones' code)."""
-        return self._k["gemm", "bf16", *tile].blocks_per_sm(128, _gemm_smem(tile))
+        """How many blocks of `tile` an SM holds at once."""
+        return self._gemm_blocks[tile]
 
     def gemm(self, x: torch.Tensor, weight: torch.Tensor, tile: tuple[int, int, int, int] | None = None
              ) -> torch.Tensor:
