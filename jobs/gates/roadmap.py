@@ -147,13 +147,19 @@ def load_roadmap(path: str | Path | None = None) -> list[RoadmapRowSpec]:
 
 
 def sync_roadmap(store: Store, rows: list[RoadmapRowSpec]) -> None:
-    """Makes `roadmap_rows` match the file, in one transaction; rows gone from the file are retired."""
+    """Makes `roadmap_rows` match the file, in one transaction; rows gone from the file are retired.
+    A row's synced_at moves only when the file changed it (new, edited or back from retirement):
+    every evaluation syncs, and the exported evidence keeps each version of a row once."""
     now = utcnow()
     with store.session() as session, session.begin():
         existing = {r.id: r for r in session.scalars(select(RoadmapRow))}
         for spec in rows:
             fields = asdict(spec)
-            row = existing.pop(spec.id, None) or RoadmapRow(id=spec.id)
+            row = existing.pop(spec.id, None)
+            if row is not None and row.retired_at is None and all(
+                    getattr(row, name) == value for name, value in fields.items()):
+                continue
+            row = row or RoadmapRow(id=spec.id)
             for name, value in fields.items():
                 setattr(row, name, value)
             row.synced_at, row.retired_at = now, None

@@ -68,6 +68,24 @@ def test_sync_mirrors_the_file_and_retires_removed_rows(store):
     assert rows["ROAD-TEST-ONE"].retired_at is None and rows["ROAD-TEST-TWO"].retired_at is not None
 
 
+def test_a_row_the_file_did_not_change_keeps_its_sync_time(store):
+    def synced():
+        with store.session() as session:
+            return {r.id: (r.synced_at, r.retired_at) for r in session.scalars(select(RoadmapRow))}
+    sync_roadmap(store, parse_roadmap(document(GOOD_ROW, with_field(id="ROAD-TEST-TWO"))))
+    first = synced()
+    sync_roadmap(store, parse_roadmap(document(GOOD_ROW, with_field(id="ROAD-TEST-TWO"))))
+    assert synced() == first
+    sync_roadmap(store, parse_roadmap(document(GOOD_ROW, with_field(id="ROAD-TEST-TWO", title="edited"))))
+    second = synced()
+    assert second["ROAD-TEST-ONE"] == first["ROAD-TEST-ONE"] and second["ROAD-TEST-TWO"][0] > first["ROAD-TEST-TWO"][0]
+    sync_roadmap(store, parse_roadmap(document(GOOD_ROW)))                       # TWO retired ...
+    sync_roadmap(store, parse_roadmap(document(GOOD_ROW, with_field(id="ROAD-TEST-TWO", title="edited"))))
+    third = synced()                                                               # ... and back, as it was
+    assert third["ROAD-TEST-TWO"][1] is None and third["ROAD-TEST-TWO"][0] > second["ROAD-TEST-TWO"][0]
+    assert third["ROAD-TEST-ONE"] == first["ROAD-TEST-ONE"]
+
+
 def test_a_bad_file_writes_nothing(store, tmp_path, monkeypatch, capsys):
     from jobs import cli
     bad = tmp_path / "roadmap.yaml"
