@@ -7,9 +7,11 @@
 #
 #   benchmarks/gpu_suite.sh [MODEL_GGUF]      # default /tmp/model/smollm2.gguf
 #   SUITE_SKIP="tests memcheck" benchmarks/gpu_suite.sh   # run only the rest
+#   SUITE_ONLY="decode-step bench-nano-bench" ...         # run only these steps
 #   SUITE_TESTS=tests/gpu/test_kernels.py ...             # the tests step's paths (default tests/gpu)
 # Everything under $OUT (logs, stores, JSON) ends up in one archive, $OUT/suite.tgz: the
-# device machine sends back only a few files.
+# device machine sends back only a few files. A store elsewhere (ROADGATE_DATA_DIR) is copied
+# into it as store/: what the benches recorded comes back with the logs, wherever it was.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -20,6 +22,7 @@ summary=()
 step() {  # step NAME COMMAND...: run, log to $OUT/NAME.log, remember the last line
   local name=$1; shift
   case " $SKIP " in *" $name "*) return;; esac
+  [ -z "${SUITE_ONLY:-}" ] || case " $SUITE_ONLY " in *" $name "*) ;; *) return;; esac
   local t0=$SECONDS
   "$@" > "$OUT/$name.log" 2>&1; local rc=$?
   summary+=("$(printf '%-10s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$OUT/$name.log")")")
@@ -61,4 +64,7 @@ echo; echo "== logs in $OUT/suite.tgz"
 for w in latency-b1 fixed-256x128x128 nano-bench batch-longtail nano-bench-llama-1b; do [ -f "$OUT/bench-$w.log" ] && tail -n 3 "$OUT/bench-$w.log"; done
 grep -h "ERROR SUMMARY" "$OUT/memcheck.log" 2>/dev/null
 printf '%s\n' "${summary[@]}"
+if [ -d "$ROADGATE_DATA_DIR" ] && [ "$(cd "$ROADGATE_DATA_DIR" && pwd)" != "$(cd "$OUT" && pwd)/data" ]; then
+  cp -r "$ROADGATE_DATA_DIR" "$OUT/store"
+fi
 tar czf /tmp/suite.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/suite.tgz "$OUT/"
