@@ -163,9 +163,10 @@ def test_a_gpu_worker_killed_mid_shard_is_replaced_and_the_shard_retried_to_exac
         deployment, api, tiny_model, tmp_path):
     from jobs.batch import read_committed, read_manifest
 
-    # Two shards of 320 rows: the engine runs 256 at a time, so a shard writes its first row
-    # groups several seconds before it ends.
-    input_ids = write_prompts(tmp_path / "prompts.jsonl", 640)
+    # Two shards of 1,024 rows: the engine runs 256 at a time, so a shard writes its first row
+    # groups three batches before it ends. (At 320 rows, one batch of 64 was left: on an idle
+    # host the whole run once finished between two looks.)
+    input_ids = write_prompts(tmp_path / "prompts.jsonl", 2048)
     out = tmp_path / "batch-out"
     run_id = api.trigger("batch_generation", {
         "model": str(tiny_model), "input_uri": str(tmp_path / "prompts.jsonl"), "output_uri": str(out),
@@ -175,7 +176,7 @@ def test_a_gpu_worker_killed_mid_shard_is_replaced_and_the_shard_retried_to_exac
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while not (writing := [p for p in out.glob("_staging/*/*/.part-*.tmp") if p.stat().st_size > 4096]):
         assert time.monotonic() < deadline, f"no shard started writing; {api.describe('batch_generation', run_id)}"
-        time.sleep(0.2)
+        time.sleep(0.05)
     deployment.kill("worker-gpu")
     killed_at = time.monotonic()
     shard = int(writing[0].name.split("-")[1])
