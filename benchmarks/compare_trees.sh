@@ -13,8 +13,10 @@
 # over a copy of this checkout in $OUT/trees/<side>. Each side runs from its own tree: the
 # benchmark scripts put their own checkout first on sys.path, so PYTHONPATH cannot pick one.
 # BENCH: a workload (roadgate bench --engine ours --backend cuda --preflight: quiet host,
-# cold prefix cache), or decode-step (benchmarks/decode_step.py, default B=256, context
-# 1024); either may end in @ARG,ARG,... for more arguments (decode-step@--batch=64,--no-store).
+# cold prefix cache), decode-step (benchmarks/decode_step.py, default B=256, context 1024) or
+# prefill (benchmarks/prefill.py: each shape's wall time, warmed, fresh prompts, cold prefix
+# cache); any may end in @ARG,ARG,... for more arguments (decode-step@--batch=64,--no-store;
+# prefill@--no-store,--no-torch,--profile).
 # Default: nano-bench fixed-256x128x128 latency-b1 decode-step. MODEL: the GGUF the
 # workloads run (default /tmp/model/smollm2.gguf; MODEL= for the workload's own model).
 set -uo pipefail
@@ -48,17 +50,22 @@ run() {  # run SIDE TREE BENCH N
   (
     cd "$tree" || exit 2
     export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$tree ROADGATE_DATA_DIR=$OUT/$side/data PYTHONUNBUFFERED=1
-    if [ "$name" = decode-step ]; then
-      python3 benchmarks/decode_step.py "${extra[@]}"
-    else
-      python3 -m jobs.cli bench --workload "$name" ${MODEL:+--model "$MODEL"} --engine ours --backend cuda \
-          --preflight "${extra[@]}"
-    fi
+    case $name in
+      decode-step) python3 benchmarks/decode_step.py "${extra[@]}" ;;
+      prefill) python3 benchmarks/prefill.py "${extra[@]}" ;;
+      *) python3 -m jobs.cli bench --workload "$name" ${MODEL:+--model "$MODEL"} --engine ours --backend cuda \
+             --preflight "${extra[@]}" ;;
+    esac
   ) > "$log" 2>&1
   rc=$?
-  # The figure line (bench's row of ours, decode_step's median), else the last line: the error.
+  # The figure (bench's row of ours, decode_step's median, prefill's wall time of each shape),
+  # else the log's last line: the error.
   local figure
-  figure=$(grep -E "^(decode step |$name +ours/)" "$log" | tail -n 1)
+  if [ "$name" = prefill ]; then
+    figure=$(awk '/^ +[0-9]+x[0-9]+ /{printf "%s%s %s ms", sep, $1, $2; sep = "; "}' "$log")
+  else
+    figure=$(grep -E "^(decode step |$name +ours/)" "$log" | tail -n 1)
+  fi
   summary+=("$(printf '%-6s %-18s rc=%-3s %s' "$side" "$3" "$rc" "${figure:-$(tail -n 1 "$log")}")")
 }
 

@@ -41,6 +41,24 @@ def test_sides_alternate_in_their_own_trees_and_stores(tmp_path):
     assert table[2].startswith("after") and table[2].endswith("decode step new")
 
 
+def test_prefill_runs_its_script_and_the_table_gives_every_shape(tmp_path):
+    for name, ms in (("old", "8.50"), ("new", "7.90")):
+        (tmp_path / name / "benchmarks").mkdir(parents=True)
+        (tmp_path / name / "benchmarks" / "prefill.py").write_text(
+            "import sys\nprint('prefill 1x4000: ...', *sys.argv[1:])\n"
+            f"print('    shape   ours ms')\nprint('   1x4000 {ms:>9}')\nprint('  64x1000     71.51')\n")
+    out = tmp_path / "out"
+    result = subprocess.run(["bash", str(REPO / "benchmarks" / "compare_trees.sh"), str(tmp_path / "old"),
+                             str(tmp_path / "new"), "prefill@--no-store,--no-torch"],
+                            env={**os.environ, "OUT": str(out), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    before, after = result.stdout.splitlines()
+    assert before.startswith("before") and before.endswith("1x4000 8.50 ms; 64x1000 71.51 ms")
+    assert after.startswith("after") and after.endswith("1x4000 7.90 ms; 64x1000 71.51 ms")
+    assert "--no-store --no-torch" in (out / "after" / "1-prefill.log").read_text()
+
+
 def test_too_few_arguments_get_one_line_and_status_2(tmp_path):
     result = subprocess.run(["bash", str(REPO / "benchmarks" / "compare_trees.sh"), str(tmp_path)],
                             capture_output=True, text=True)
