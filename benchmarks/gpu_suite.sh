@@ -35,7 +35,7 @@ llm = LLM('$ROADGATE_TEST_MODEL', backend='cuda', kv_cache_tokens=4096, max_num_
 outs = llm.generate([[{'role': 'user', 'content': 'What is the capital of France?'}], 'Once upon a time'] * 3,
                     SamplingParams(max_tokens=12, temperature=0.8, top_p=0.9, seed=1))
 print('memcheck run done:', repr(outs[0].text))"
-step kernels python3 benchmarks/kernels.py
+step kernels python3 benchmarks/kernel_bench.py
 step decode-step python3 benchmarks/decode_step.py --profile
 step decode-step-b1 python3 benchmarks/decode_step.py --batch 1 --context 256
 step host-profile python3 benchmarks/host_profile.py --workload fixed-256x128x128
@@ -58,7 +58,7 @@ bench batch-longtail
 step bench-nano-bench-llama-1b python3 -m jobs.cli bench --workload nano-bench-llama-1b --engine ours \
     --backend cuda --preflight --json "$OUT/bench-nano-bench-llama-1b.json"
 step ncu-decode ncu --section SpeedOfLight --section Occupancy --section LaunchStats -k regex:attn_decode_bf16 -c 1 \
-    python3 benchmarks/kernels.py --only attention
+    python3 benchmarks/kernel_bench.py --only attention
 
 echo; echo "== logs in $OUT/suite.tgz"
 for w in latency-b1 fixed-256x128x128 nano-bench batch-longtail nano-bench-llama-1b; do [ -f "$OUT/bench-$w.log" ] && tail -n 3 "$OUT/bench-$w.log"; done

@@ -50,7 +50,7 @@ class EngineConfig:
     # (engine.ops.cuda_ops.CudaOps.prefill_m_tiles); 1 or 2 forces one (tests, sweeps).
     prefill_m_tiles: int = 0
     # The gemv kernels take up to 8 rows but beat norm/activation + cuBLAS only up to
-    # about 2 (benchmarks/kernels.py: 1 row 12.6 vs 21.3 µs a layer, 4 rows 24.4 vs 21.9).
+    # about 2 (benchmarks/kernel_bench.py: 1 row 12.6 vs 21.3 µs a layer, 4 rows 24.4 vs 21.9).
     gemv_max_rows: int = 2
     # Past the gemv rows, up to this many rows go through our tensor-core GEMM
     # (cuda_src/gemm.cu), which programmatic edges join; beyond it cuBLAS. The decode step

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import decode_step
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "benchmarks"))
-import decode_step  # noqa: E402
 
 
 def test_context_is_one_length_or_a_range():

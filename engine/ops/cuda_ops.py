@@ -98,7 +98,7 @@ class CudaOps(Ops):
 
     def __init__(self, config: EngineConfig | None = None):
         """`config`: the engine's; None gives the defaults (with their environment overrides),
-        for kernels used outside an LLM: kernel tests, benchmarks/kernels.py, the health check."""
+        for kernels used outside an LLM: kernel tests, benchmarks/kernel_bench.py, the health check."""
         config = config or EngineConfig.from_env(model="", backend="cuda")
         if not torch.cuda.is_available():
             raise RuntimeError("CudaOps needs a CUDA GPU visible to torch")
@@ -112,7 +112,7 @@ class CudaOps(Ops):
         major, minor = device.compute_capability()
         self.num_sms = device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
         self._smem_per_block = device.get_attribute(drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
-        # The decode work list's chunk size (see plan_decode); benchmarks/kernels.py sweeps it.
+        # The decode work list's chunk size (see plan_decode); benchmarks/kernel_bench.py sweeps it.
         self.decode_slack = config.decode_slack
         self.forced_m_tiles = config.prefill_m_tiles
         self.gemv_max_rows = config.gemv_max_rows

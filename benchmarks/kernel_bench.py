@@ -7,7 +7,7 @@ launch overlaps).
 Times each case as replays of a CUDA graph of 20 calls (CUDA events, after warm-up,
 median of many replays); attention calls rotate over several KV caches so that
 repeated runs do not time the L2 cache.
-Usage: python3 benchmarks/kernels.py [--only attention|linear|gemm]
+Usage: python3 benchmarks/kernel_bench.py [--only attention|linear|gemm]
 """
 from __future__ import annotations
 
