@@ -66,7 +66,12 @@ class BlockManager:
 
     def allocate(self, request_id: int, num_tokens: int) -> list[int]:
         """Grow the request's table to hold `num_tokens` tokens; returns the new block ids."""
-        new = [self._take_free_block() for _ in range(self.blocks_needed(request_id, num_tokens))]
+        return self.grow(request_id, self.blocks_needed(request_id, num_tokens))
+
+    def grow(self, request_id: int, num_blocks: int) -> list[int]:
+        """Append `num_blocks` free blocks to the request's table (there must be as many free);
+        returns their ids."""
+        new = [self._take_free_block() for _ in range(num_blocks)]
         self.tables.setdefault(request_id, []).extend(new)
         return new
 

@@ -58,6 +58,11 @@ class StopChecker:
     def drop(self, request_id: int) -> None:
         self._detectors.pop(request_id, None)
 
+    def sees_every_token(self, seq: Sequence) -> bool:
+        """Whether any token may stop it (stop token ids or stop strings), not only end of
+        sequence: then `stops` must see each of its tokens."""
+        return bool(seq.sampling.stop_token_ids) or seq.request_id in self._detectors
+
     def stops(self, seq: Sequence, token_id: int) -> bool:
         p = seq.sampling
         if token_id in p.stop_token_ids or (not p.ignore_eos and token_id in self.eos_token_ids):

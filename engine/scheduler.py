@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 
@@ -23,7 +24,8 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.detokenizer import StopChecker
 from engine.sampling_params import SamplingParams
-from engine.sequence import Sequence, SequenceStatus
+from engine.running_table import RunningTable
+from engine.sequence import COMPUTED, PENDING, PUBLISHED, Sequence, SequenceStatus
 
 
 @dataclass
@@ -61,11 +63,14 @@ class Scheduler:
     def __init__(self, config: EngineConfig, block_manager: BlockManager, stop_checker: StopChecker):
         self.block_manager = block_manager
         self.stop_checker = stop_checker
+        self._eos = np.fromiter(stop_checker.eos_token_ids, np.int64)
         self.max_num_seqs = config.max_num_seqs
         self.max_num_batched_tokens = config.max_num_batched_tokens
         self.requests: dict[int, Sequence] = {}     # unfinished requests by id
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.table = RunningTable(config.max_num_seqs)    # the running sequences' counters
+        self._running_slots: np.ndarray | None = None     # their slots in `running` order, None if stale
         self._finished_ids: list[int] = []          # for the next SchedulerOutput
         self.stats = SchedulerStats()
 
@@ -80,32 +85,11 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput(finished_request_ids=self._finished_ids)
         self._finished_ids = []
-        budget = self.max_num_batched_tokens
-        scheduled: list[tuple[Sequence, int]] = []
+        slots, counts = self._schedule_running(out)
+        budget = self.max_num_batched_tokens - int(counts.sum())
         bm = self.block_manager
-        tables, block_size = bm.tables, bm.block_size
-        # Preemption pops from the tail of `running`, which this loop has not reached yet.
-        for seq in self.running:
-            if budget == 0:
-                break
-            num_tokens = len(seq.token_ids) + seq.num_pending
-            if num_tokens >= seq.max_num_tokens:     # seq.samples_no_more, inlined: its last token is in flight
-                continue
-            rid = seq.request_id
-            n = min(num_tokens - seq.num_computed_tokens, budget)
-            need = seq.num_computed_tokens + n
-            # Most decodes fit in the blocks the sequence has: only a step that crosses
-            # into a new block needs the block manager.
-            if need > len(tables[rid]) * block_size:
-                while not bm.can_allocate(rid, need) and self.running[-1] is not seq:
-                    self._preempt(self.running.pop(), out)
-                if not bm.can_allocate(rid, need):
-                    self._preempt(self.running.pop(), out)   # seq itself: nothing left to take from
-                    break
-                out.new_block_ids[rid] = bm.allocate(rid, need)
-            scheduled.append((seq, n))
-            budget -= n
-
+        tables = bm.tables
+        admitted_slots, admitted_counts = [], []
         # Admitting new work right after a preemption would only thrash. A preempted
         # sequence comes back once its in-flight token is read (it is recomputed with it).
         while (self.waiting and budget > 0 and not out.preempted_request_ids
@@ -124,53 +108,117 @@ class Scheduler:
             bm.allocate(rid, seq.num_computed_tokens + n)
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
+            self._running_slots = None
+            self.table.enter(seq, len(tables[rid]) * bm.block_size, self.stop_checker.sees_every_token(seq))
             # The prompt's own array while it has no outputs (read-only); else a copy, so
             # that tokens appended later are not in it.
             out.new_requests.append(NewRequest(rid, np.asarray(known, np.int32), seq.num_prompt_tokens,
                                                seq.sampling, seq.seed, list(tables[rid])))
-            scheduled.append((seq, n))
+            admitted_slots.append(seq.slot)
+            admitted_counts.append(n)
             budget -= n
 
-        self._count_scheduled(scheduled, out)
+        if admitted_slots:
+            slots = np.concatenate([slots, np.array(admitted_slots, np.int64)])
+            counts = np.concatenate([counts, np.array(admitted_counts, np.int64)])
+        self._count_scheduled(slots, counts, out)
         self.stats.steps += 1
         return out
 
-    def _count_scheduled(self, scheduled: list[tuple[Sequence, int]], out: SchedulerOutput) -> None:
+    def _schedule_running(self, out: SchedulerOutput) -> tuple[np.ndarray, np.ndarray]:
+        """The running sequences' share of the step, in order, within the token budget: the
+        slots of those that compute tokens and how many each. A decode costs one token, an
+        unfinished prefill a chunk of what is left; one that has sampled its last token (still
+        in flight) gets none. Only a sequence that crosses into a new block is visited alone."""
+        t, bm = self.table, self.block_manager
+        if self._running_slots is None:
+            self._running_slots = np.fromiter((seq.slot for seq in self.running), np.int64, len(self.running))
+        slots = self._running_slots
+        computed = t.counts[slots, COMPUTED]
+        num_tokens = t.num_known[slots] + t.counts[slots, PENDING]
+        wanted = np.where(num_tokens < t.max_num_tokens[slots], num_tokens - computed, 0)
+        # Each takes what it wants of the budget left by those before it.
+        counts = np.minimum(wanted, np.maximum(self.max_num_batched_tokens - (np.cumsum(wanted) - wanted), 0))
+        needed = computed + counts
+        crossing = np.flatnonzero((counts > 0) & (needed > t.capacity[slots]))
+        bs = bm.block_size
+        new_blocks = -(-needed[crossing] // bs) - t.capacity[slots[crossing]] // bs
+        if new_blocks.sum() <= bm.num_free_blocks:
+            # Enough free blocks for all of them (the rule when nothing is short): no preemption.
+            for rid, n in zip(t.request_ids[slots[crossing]].tolist(), new_blocks.tolist()):
+                out.new_block_ids[rid] = bm.grow(rid, n)
+            t.capacity[slots[crossing]] += new_blocks * bs
+            crossing = crossing[:0]
+        # Else one at a time, in order, preempting from the tail of `running`, which this
+        # loop has not reached yet.
+        for i in crossing.tolist():
+            if i >= len(self.running):
+                break
+            seq, need = self.running[i], int(needed[i])
+            rid = seq.request_id
+            while not bm.can_allocate(rid, need) and self.running[-1] is not seq:
+                self._preempt(self.running.pop(), out)
+            if not bm.can_allocate(rid, need):
+                self._preempt(self.running.pop(), out)   # seq itself: nothing left to take from
+                break
+            out.new_block_ids[rid] = bm.allocate(rid, need)
+            t.capacity[seq.slot] = len(bm.tables[rid]) * bs
+        kept = np.flatnonzero(counts[:len(self.running)] > 0)
+        return slots[kept], counts[kept]
+
+    def _count_scheduled(self, slots: np.ndarray, counts: np.ndarray, out: SchedulerOutput) -> None:
         """The step's tokens are as good as computed (later steps run after it, in stream
-        order); one that reaches the end of its sequence samples a token, pending until read.
-        (One loop over plain attributes: it runs for every sequence at every step.)"""
-        ids, counts, starts, samples = out.request_ids, out.num_scheduled_tokens, out.num_computed_tokens, out.samples
-        bm = self.block_manager
-        caching, block_size = bm.enable_prefix_caching, bm.block_size
-        for seq, n in scheduled:
-            start = seq.num_computed_tokens
-            ids.append(seq.request_id)
-            counts.append(n)
-            starts.append(start)
-            seq.num_computed_tokens = computed = start + n
-            known = len(seq.token_ids)
-            sample = computed == known + seq.num_pending
-            samples.append(sample)
-            if sample:
-                seq.num_pending += 1
-            # Only blocks whose tokens are all known can be hashed: a block that ends in the
-            # token being computed now is published at the sequence's next step.
-            ready = computed if computed < known else known
-            if ready >= seq.num_published_tokens + block_size and caching:
-                bm.publish_full_blocks(seq.request_id, seq.tokens_holder(ready), ready)
-                seq.num_published_tokens = ready - ready % block_size
+        order); one that reaches the end of its sequence samples a token, pending until read."""
+        t, bm = self.table, self.block_manager
+        start = t.counts[slots, COMPUTED]
+        computed = start + counts
+        t.counts[slots, COMPUTED] = computed
+        known = t.num_known[slots]
+        samples = computed == known + t.counts[slots, PENDING]
+        t.counts[slots, PENDING] += samples
+        out.request_ids = t.request_ids[slots].tolist()
+        out.num_scheduled_tokens = counts.tolist()
+        out.num_computed_tokens = start.tolist()
+        out.samples = samples.tolist()
+        if not bm.enable_prefix_caching:
+            return
+        # Only blocks whose tokens are all known can be hashed: a block that ends in the
+        # token being computed now is published at the sequence's next step.
+        ready = np.minimum(computed, known)
+        for i in np.flatnonzero(ready >= t.counts[slots, PUBLISHED] + bm.block_size).tolist():
+            seq, n = t.seqs[slots[i]], int(ready[i])
+            bm.publish_full_blocks(seq.request_id, seq.tokens_holder(n), n)
+            seq.num_published_tokens = n - n % bm.block_size
 
     def update_from_output(self, request_ids: list[int], token_ids: list[int], now: float) -> list[Sequence]:
         """Take in a step's sampled tokens (one per request, in its order); returns the
         sequences they finished."""
+        seqs = list(map(self.requests.get, request_ids))
+        for seq, token in zip(seqs, token_ids):
+            if seq is not None:     # else it stopped at an earlier token; this one was speculative
+                seq.token_ids.append(token)
+                seq.token_times.append(now)
+        t = self.table
+        slots = np.fromiter(map(t.slot_of.get, request_ids, repeat(-1)), np.int64, len(request_ids))
+        running = np.flatnonzero(slots >= 0)
+        live = slots[running]
+        t.counts[live, PENDING] -= 1
+        t.num_known[live] += 1
+        # Which may stop: a stop token or string to check, an end of sequence, the length.
+        tokens = np.asarray(token_ids, np.int64)[running]
+        is_eos = (tokens[:, None] == self._eos).any(axis=1)
+        may_stop = (t.checks_every_token[live] | (is_eos & ~t.ignores_eos[live])
+                    | (t.num_known[live] >= t.max_num_tokens[live]))
+        visit = np.zeros(len(seqs), bool)
+        visit[running[may_stop]] = True
+        # A preempted sequence with a token in flight is waiting: it has no slot.
+        for i in np.flatnonzero(slots < 0).tolist():
+            if seqs[i] is not None:
+                seqs[i].num_pending -= 1
+                visit[i] = True
         finished = []
-        for rid, token in zip(request_ids, token_ids):
-            seq = self.requests.get(rid)
-            if seq is None:          # it stopped at an earlier token; this one was speculative
-                continue
-            seq.num_pending -= 1
-            seq.token_ids.append(token)
-            seq.token_times.append(now)
+        for i in np.flatnonzero(visit).tolist():
+            seq, token = seqs[i], token_ids[i]
             if self.stop_checker.stops(seq, token):
                 reason = "stop"
             elif len(seq.token_ids) >= seq.max_num_tokens:
@@ -188,8 +236,10 @@ class Scheduler:
         seq.finish_reason, seq.finish_time = reason, now
         seq.num_pending = 0
         self.block_manager.release(seq.request_id)
-        if seq in self.running:
+        if seq.slot >= 0:
             self.running.remove(seq)
+            self._running_slots = None
+            self.table.leave(seq)
         else:
             self.waiting.remove(seq)
         del self.requests[seq.request_id]
@@ -198,6 +248,8 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
         self.block_manager.release(seq.request_id)
+        self._running_slots = None
+        self.table.leave(seq)
         seq.num_computed_tokens = seq.num_published_tokens = 0
         seq.status = SequenceStatus.WAITING
         seq.num_preemptions += 1

@@ -20,6 +20,19 @@ class SequenceStatus(enum.Enum):
     FINISHED = "finished"
 
 
+COMPUTED, PENDING, PUBLISHED = range(3)     # columns of Sequence.counts
+
+
+def counter(column: int) -> property:
+    """One of Sequence.counts as an int attribute."""
+    def get(seq: Sequence) -> int:
+        return int(seq.counts[column])
+
+    def set_(seq: Sequence, value: int) -> None:
+        seq.counts[column] = value
+    return property(get, set_)
+
+
 @dataclass(eq=False)     # a request is itself: compared by identity
 class Sequence:
     request_id: int
@@ -38,20 +51,27 @@ class Sequence:
         self.prompt_array.flags.writeable = False      # shared with the runner and the block manager
         # Tokens whose values the host knows: the prompt, then the outputs read so far.
         self.token_ids: list[int] = list(self.prompt_token_ids)
-        # Tokens sampled on the device whose values the host has not read yet (the step
-        # loop reads one step late): a count, the tokens themselves are on the device.
-        self.num_pending = 0
+        # Three counters in one int64 row (columns COMPUTED, PENDING, PUBLISHED); while the
+        # sequence runs, the row is a view of its slot in the scheduler's RunningTable.
+        #   computed:  tokens whose K/V are in the cache, or queued to be: the scheduler counts
+        #              a step's tokens when it schedules them. Back to 0 (or the prefix-cache
+        #              hit) on preemption.
+        #   pending:   tokens sampled on the device whose values the host has not read yet (the
+        #              step loop reads one step late): a count, the tokens are on the device.
+        #   published: tokens of its leading full blocks that are in the prefix cache (the block
+        #              manager holds their hashes); the next block is published once it is
+        #              computed and known.
+        self.counts = np.zeros(3, np.int64)
+        self.slot = -1                 # its row of the RunningTable while running
         self.status = SequenceStatus.WAITING
-        # Tokens whose K/V are in the cache, or queued to be: the scheduler counts a step's
-        # tokens when it schedules them. Back to 0 (or the prefix-cache hit) on preemption.
-        self.num_computed_tokens = 0
-        # Tokens of its leading full blocks that are in the prefix cache (the block manager
-        # holds their hashes); the next block is published once it is computed and known.
-        self.num_published_tokens = 0
         self.finish_reason: str | None = None
         self.token_times: list[float] = []
         self.finish_time: float | None = None
         self.num_preemptions = 0
+
+    num_computed_tokens = counter(COMPUTED)
+    num_pending = counter(PENDING)
+    num_published_tokens = counter(PUBLISHED)
 
     @property
     def num_tokens(self) -> int:

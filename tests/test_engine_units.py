@@ -11,7 +11,9 @@ from engine.detokenizer import StopChecker
 from engine.ops.torch_ops import TorchOps, filter_logits, uniform_noise
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
+from engine.model_source import resolve
 from engine.sequence import Sequence
+from tests.conftest import MODEL
 
 
 def seq(rid: int, n: int, start: int = 0, max_tokens: int = 4) -> Sequence:
@@ -141,6 +143,24 @@ def test_scheduler_finishes_on_stop_tokens_and_length_and_reports_it_once():
     assert s.update_from_output([0], [6], now=3.0) == [a]
     assert a.finish_reason == "length" and a.output_token_ids == [5, 6] and not s.has_unfinished()
     assert s.schedule().finished_request_ids == [0] and s.block_manager.num_free_blocks == 16
+
+
+def test_end_of_sequence_stops_unless_ignored_and_stop_strings_see_every_token():
+    tokenizer = resolve(MODEL).tokenizer
+    eos = tokenizer.eos_token_ids[0]
+    s = Scheduler(EngineConfig("test", max_num_seqs=4, max_num_batched_tokens=64), BlockManager(16, 4),
+                  StopChecker(tokenizer))
+    plain, ignoring, stringed = seq(0, 3, max_tokens=8), seq(1, 3, max_tokens=8), seq(2, 3, max_tokens=8)
+    ignoring.sampling.ignore_eos = True
+    stringed.sampling.stop = ["lo wor"]
+    for x in (plain, ignoring, stringed):
+        s.add(x)
+    s.schedule()
+    hello, world = tokenizer.encode("Hello"), tokenizer.encode(" world")
+    assert s.update_from_output([0, 1, 2], [hello[0], eos, hello[0]], now=1.0) == []
+    s.schedule()
+    assert s.update_from_output([0, 1, 2], [eos, eos, world[0]], now=2.0) == [plain, stringed]
+    assert plain.finish_reason == stringed.finish_reason == "stop" and ignoring.output_token_ids == [eos, eos]
 
 
 def test_full_blocks_are_published_once_computed_and_known():

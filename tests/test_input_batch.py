@@ -54,13 +54,14 @@ class Loop:
     number, read one step late. `check(batch, step, out, previous)` sees each step's
     layout before it is launched."""
 
-    def __init__(self, num_blocks: int, max_num_seqs: int = 8, token_budget: int = 64, check=None):
+    def __init__(self, num_blocks: int, max_num_seqs: int = 8, token_budget: int = 64, check=None, token_at=None):
         config = EngineConfig("test", max_num_seqs=max_num_seqs, max_num_batched_tokens=token_budget)
         self.scheduler = Scheduler(config, BlockManager(num_blocks, BLOCK), StopChecker(None))
         self.batch = InputBatch(max_num_seqs, max_model_len=256, block_size=BLOCK)
         self.check = check
         self.in_flight = None        # (request ids, rows, layout version, positions) of the last step
         self.next_token = 7
+        self.token_at = token_at     # (request id, position) -> the token sampled there; else the step's number
 
     def run(self) -> None:
         while self.scheduler.has_unfinished() or self.in_flight:
@@ -81,8 +82,9 @@ class Loop:
             launched = ([out.request_ids[i] for i in step.sampled], sampled_rows, batch.num_removals,
                         (step.start + step.query_lens)[step.sampled])
         if self.in_flight:
-            ids = self.in_flight[0]
-            tokens = [self.next_token] * len(ids)
+            ids, positions = self.in_flight[0], self.in_flight[3].tolist()
+            tokens = (list(map(self.token_at, ids, positions)) if self.token_at
+                      else [self.next_token] * len(ids))
             batch.record_tokens(*self.in_flight, tokens)
             self.scheduler.update_from_output(ids, tokens, 0.0)
             self.next_token += 1
@@ -158,6 +160,51 @@ def test_preempted_sequences_leave_and_come_back_with_fresh_rows():
     loop.step()                               # the last one's finish reaches the runner in the next diff
     assert loop.batch.num_rows == 0
     assert all(s.num_output_tokens == 10 and s.num_pending == 0 and s.finish_reason == "length" for s in seqs)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_requests_get_exactly_their_tokens_through_preemption_and_stops(seed):
+    """Each token is a function of its request and position, so a sequence's outputs are known
+    in advance: recomputed after preemption, they must come out the same. Every step stays
+    within the budget and skips a running sequence with work left only once the budget is spent."""
+    rng = np.random.default_rng(seed)
+    budget = int(rng.integers(8, 40))
+
+    def token_at(rid: int, position: int) -> int:
+        return (rid * 31 + position * 7) % 50
+
+    def check(batch, step, out, previous):
+        assert sum(out.num_scheduled_tokens) <= budget and min(out.num_scheduled_tokens) > 0
+        assert len(set(out.request_ids)) == len(out.request_ids)
+        scheduled = set(out.request_ids)
+        bm = loop.scheduler.block_manager
+        for s in loop.scheduler.running:
+            assert len(bm.block_table(s.request_id)) == -(-s.num_computed_tokens // BLOCK), "blocks it does not need"
+            left = s.num_tokens - s.num_computed_tokens
+            if s.request_id not in scheduled and not s.samples_no_more and left > 0:
+                assert sum(out.num_scheduled_tokens) == budget, "a runnable sequence was skipped"
+    loop = Loop(num_blocks=int(rng.integers(30, 60)), max_num_seqs=int(rng.integers(2, 9)), token_budget=budget,
+                check=check, token_at=token_at)
+    seqs, expected = [], {}
+    for rid in range(int(rng.integers(4, 16))):
+        n, max_tokens = int(rng.integers(1, 80)), int(rng.integers(1, 20))
+        stops = rng.choice(50, int(rng.integers(0, 3)), replace=False).tolist()
+        s = seq(rid, n, max_tokens=max_tokens, stop_token_ids=stops)
+        outputs = []
+        for position in range(n, n + max_tokens):
+            outputs.append(token_at(rid, position))
+            if outputs[-1] in stops:
+                break
+        seqs.append(s)
+        expected[rid] = (outputs, "stop" if outputs[-1] in stops else "length")
+        loop.scheduler.add(s)
+    for _ in range(5000):        # bounded: a scheduler that stops making progress fails, not hangs
+        if not (loop.scheduler.has_unfinished() or loop.in_flight):
+            break
+        loop.step()
+    assert {s.request_id: (s.output_token_ids, s.finish_reason) for s in seqs} == expected
+    assert loop.scheduler.table.slot_of == {} and loop.scheduler.block_manager.num_free_blocks == \
+        loop.scheduler.block_manager.num_blocks
 
 
 # A per-sequence builder over the scheduler's requests, kept as the oracle of the vectorized one.
