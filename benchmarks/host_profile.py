@@ -6,7 +6,8 @@ microseconds per step. The loop is host-bound when the GPU wait is small.
 Usage: python3 benchmarks/host_profile.py [--workload fixed-256x128x128] [--model dummy:smollm2-135m]
 
 --host-only replaces the forward pass and the sampler with stubs (hidden states and
-logits of zeros, so every token is 0) and reports only full-batch decode steps:
+logits of zeros, so every token is 0), uploads each step's inputs into the CUDA graphs'
+static buffer as a GPU step does, and reports only full-batch decode steps:
 the host's own cost of a steady-state decode step, measurable on a CPU host, e.g.
   python3 benchmarks/host_profile.py --host-only --backend torch [--max-num-seqs 64]
 
@@ -31,6 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.prefill import parse_shape, random_prompts  # noqa: E402
 from engine import LLM, SamplingParams  # noqa: E402
+from engine.model_runner import static_inputs  # noqa: E402
 from jobs.workloads import get_workload  # noqa: E402
 
 TIMED = defaultdict(float)
@@ -113,6 +115,9 @@ def stub_model(llm: LLM) -> None:
 
 def host_only(llm: LLM, workload) -> None:
     stub_model(llm)
+    # Steps fill the graphs' static input buffer, as on a GPU with CUDA graphs (the forward
+    # pass itself stays the eager stub).
+    llm.runner.inputs = static_inputs(llm.config, llm.runner.device)
     steps_scheduled = []
     schedule = llm.scheduler.schedule
     llm.scheduler.schedule = lambda: steps_scheduled.append(schedule()) or steps_scheduled[-1]

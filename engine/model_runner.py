@@ -127,20 +127,23 @@ class ModelRunner:
         inputs = self._step_inputs(batch, step, pad_to=bucket, pad_tokens_to=prefill_bucket)
         params = self._sampling_arrays(batch, step, pad_to=bucket)
         dev = self._upload({**vars(inputs), **params})
-        sampling = SamplingTensors(dev["temperature"], dev["top_k"], dev["top_p"], dev["seeds"], dev["counters"],
-                                   all_greedy=not params["temperature"].any(),
-                                   any_filter=bool((params["top_k"] > 0).any() or (params["top_p"] < 1).any()))
-        if bucket is not None:
+        all_greedy = not params["temperature"].any()
+        if bucket is not None:      # the graph samples from the inputs' slots itself
             self._token_ids(inputs, dev, previous)
-            tokens = self.graphs.replay(bucket, sampling.all_greedy)
+            tokens = self.graphs.replay(bucket, all_greedy)
         else:
             logits = self._logits(inputs, dev, previous, prefill_bucket)
+            sampling = SamplingTensors(dev["temperature"], dev["top_k"], dev["top_p"], dev["seeds"], dev["counters"],
+                                       all_greedy=all_greedy,
+                                       any_filter=bool((params["top_k"] > 0).any() or (params["top_p"] < 1).any()))
             tokens = self.model.ops.sample(logits, sampling) if len(step.sampled) else None
         sampled_rows = step.rows[step.sampled]
         batch.mark_sampled(sampled_rows)
         if not len(step.sampled):
             return None
-        request_ids = [out.request_ids[i] for i in step.sampled.tolist()]
+        # A decode step samples every request (the scheduler's list is never changed after).
+        request_ids = (out.request_ids if len(step.sampled) == n
+                       else [out.request_ids[i] for i in step.sampled.tolist()])
         positions = (step.start + step.query_lens)[step.sampled]
         return self._copy_out(request_ids, sampled_rows, batch.num_removals, positions, tokens)
 

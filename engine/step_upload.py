@@ -9,7 +9,9 @@ not copied again on the device (a copy per input was most of a decode step's cop
 """
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import torch
@@ -39,7 +41,13 @@ class Layout:
 
     def end_of(self, arrays: dict[str, np.ndarray]) -> int:
         """Bytes from the buffer's start through the last row any of `arrays` fills."""
-        return max((self.offsets[name] + len(a) * self.row_nbytes(name) for name, a in arrays.items()), default=0)
+        return max((self._row_ends[name][0] + len(a) * self._row_ends[name][1] for name, a in arrays.items()),
+                   default=0)
+
+    @functools.cached_property
+    def _row_ends(self) -> dict[str, tuple[int, int]]:
+        """Each slot's offset and row size in bytes (end_of runs every step)."""
+        return {name: (self.offsets[name], self.row_nbytes(name)) for name in self.offsets}
 
     def host_views(self, buffer: torch.Tensor) -> dict[str, np.ndarray]:
         """`views` of a host buffer as numpy arrays (the same memory), for `fill`."""
@@ -49,11 +57,14 @@ class Layout:
         """Each array into the leading corner of its slot (`host_views`): a [B, w] block table
         in a [rows, width] slot keeps the slot's row stride."""
         for name, a in arrays.items():
-            if a.dtype != self.dtypes[name] or a.ndim != len(self.shapes[name]) or \
-                    any(n > m for n, m in zip(a.shape, self.shapes[name])):
+            slot = slots[name]
+            if a.dtype != slot.dtype or a.ndim != slot.ndim or any(map(int.__gt__, a.shape, slot.shape)):
                 raise ValueError(f"step input {name} {a.dtype}{list(a.shape)} does not fit its slot "
-                                 f"{self.dtypes[name]}{list(self.shapes[name])}")
-            slots[name][tuple(slice(0, n) for n in a.shape)] = a
+                                 f"{slot.dtype}{list(slot.shape)}")
+            if a.ndim == 1:
+                slot[:len(a)] = a
+            else:
+                slot[tuple(slice(0, n) for n in a.shape)] = a
 
     def views(self, buffer: torch.Tensor) -> dict[str, torch.Tensor]:
         """Each slot as a typed tensor of its full shape over `buffer` (uint8, on any device).
@@ -95,7 +106,7 @@ class StaticInputs:
         self._copied = [torch.cuda.Event() for _ in range(2)] if cuda else None
         self._turn = 0
 
-    def upload(self, arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    def upload(self, arrays: dict[str, np.ndarray]) -> Mapping[str, torch.Tensor]:
         """Copy the arrays into the leading corners of their slots, once, through the last
         row any of them fills; their views, each cut to the array's rows (a 2-D slot keeps
         its full width: a graph captured on it reads that row stride)."""
@@ -110,4 +121,21 @@ class StaticInputs:
         self.buffer[:nbytes].copy_(self._staging[turn][:nbytes], non_blocking=True)
         if self._copied:
             self._copied[turn].record()
-        return {name: self.views[name][:len(a)] for name, a in arrays.items()}
+        return CutViews(self.views, {name: len(a) for name, a in arrays.items()})
+
+
+class CutViews(Mapping):
+    """Slots' views, each cut to its array's rows when it is asked for: a graph-replayed
+    decode step reads two of its thirteen, and every torch slice costs host time."""
+
+    def __init__(self, views: dict[str, torch.Tensor], rows: dict[str, int]):
+        self._views, self._rows = views, rows
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._views[name][:self._rows[name]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
