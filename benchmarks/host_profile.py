@@ -7,8 +7,8 @@ Usage: python3 benchmarks/host_profile.py [--workload fixed-256x128x128] [--mode
 
 --host-only replaces the forward pass and the sampler with stubs (hidden states and
 logits of zeros, so every token is 0), uploads each step's inputs into the CUDA graphs'
-static buffer as a GPU step does, and reports only full-batch decode steps:
-the host's own cost of a steady-state decode step, measurable on a CPU host, e.g.
+static buffer as a GPU step does, and reports only full-batch decode steps (medians over
+--reps rounds): the host's own cost of a steady-state decode step, measurable on a CPU host, e.g.
   python3 benchmarks/host_profile.py --host-only --backend torch [--max-num-seqs 64]
 
 --prefill BATCHxTOKENS ... runs benchmarks/prefill.py's repetitions (fresh random prompts of
@@ -60,7 +60,7 @@ def main() -> None:
     ap.add_argument("--max-num-seqs", type=int, default=256, help="the full batch of --host-only")
     ap.add_argument("--prefill", nargs="+", type=parse_shape, metavar="BATCHxTOKENS",
                     help="stub the model; time prefill repetitions of these shapes")
-    ap.add_argument("--reps", type=int, default=5, help="repetitions of each --prefill shape")
+    ap.add_argument("--reps", type=int, default=5, help="repetitions of each --prefill shape; rounds of --host-only")
     args = ap.parse_args()
     if args.prefill:
         # As benchmarks/prefill.py's engine, with KV room for the largest batch at once.
@@ -73,7 +73,7 @@ def main() -> None:
         # Room in the KV cache for every request at once: a full batch, never a preemption.
         room = workload.count * (workload.input_len[1] + workload.output_len[1] + 16)
         return host_only(LLM(args.model, backend=args.backend, dtype="bfloat16", kv_cache_tokens=room,
-                             max_num_seqs=args.max_num_seqs), workload)
+                             max_num_seqs=args.max_num_seqs), workload, args.reps)
     llm = LLM(args.model, backend=args.backend)
     requests = workload.requests()
     params = [workload.sampling_params(r, i) for i, r in enumerate(requests)]
@@ -113,7 +113,10 @@ def stub_model(llm: LLM) -> None:
     model.logits = lambda rows: logits[:rows.shape[0]]
 
 
-def host_only(llm: LLM, workload) -> None:
+def host_only(llm: LLM, workload, reps: int) -> None:
+    """Per phase, the mean µs of a full-batch decode step in each of `reps` rounds of the
+    workload (a round's mean takes its block-crossing steps at their own rate), then the
+    median over the rounds: the host's speed drifts between rounds more than within one."""
     stub_model(llm)
     # Steps fill the graphs' static input buffer, as on a GPU with CUDA graphs (the forward
     # pass itself stays the eager stub).
@@ -123,7 +126,8 @@ def host_only(llm: LLM, workload) -> None:
     llm.scheduler.schedule = lambda: steps_scheduled.append(schedule()) or steps_scheduled[-1]
     requests = workload.requests()
     full = min(len(requests), llm.config.max_num_seqs)
-    for _ in range(2):                                   # the first round warms up
+    rounds = []
+    for _ in range(reps + 1):                            # the first round warms up
         totals, steps = dict.fromkeys(llm.host_time, 0.0), 0
         for i, r in enumerate(requests):
             llm.add_request(r.prompt, workload.sampling_params(r, i))
@@ -135,10 +139,13 @@ def host_only(llm: LLM, workload) -> None:
                 steps += 1
                 for phase in totals:
                     totals[phase] += llm.host_time[phase] - before[phase]
-    print(f"{workload.name}, host only: {steps} decode steps of {full} rows")
-    for phase, seconds in totals.items():
-        print(f"  {phase:<28}{seconds / steps * 1e6:>10.1f} us/step")
-    print(f"  {'total':<28}{sum(totals.values()) / steps * 1e6:>10.1f} us/step")
+        per_step = {phase: seconds / steps * 1e6 for phase, seconds in totals.items()}
+        rounds.append({**per_step, "total": sum(per_step.values())})
+    rounds = rounds[1:]
+    print(f"{workload.name}, host only: {steps} decode steps of {full} rows a round, medians of {reps} rounds")
+    for phase in rounds[0]:
+        values = [r[phase] for r in rounds]
+        print(f"  {phase:<28}{statistics.median(values):>10.1f} us/step   ({min(values):.1f}-{max(values):.1f})")
 
 
 def host_prefill(llm: LLM, shapes: list[tuple[int, int]], reps: int) -> None:
