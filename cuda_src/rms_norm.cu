@@ -5,11 +5,19 @@
 // largest error source in bf16 inference of small models.
 // Launch: grid = ceil(rows / ROWS_PER_BLOCK), block = 32 * ROWS_PER_BLOCK: a warp per row,
 // reduced by shuffles alone; aligned rows of a multiple of 8 go 8 elements (16 bytes of
-// 16-bit x) a lane at a time.
+// 16-bit x) a lane at a time, held in registers between the sum and the scale.
 #include "common.cuh"
 
 namespace {
 constexpr int ROWS_PER_BLOCK = 4;
+// 16-byte chunks (8 elements) a lane holds in registers: a row of up to 32 * 8 * HELD = 1,024
+// elements (SmolLM2's 576) is loaded once and scaled from registers after the sum, where
+// re-reading res_out added a round trip. Longer rows (Llama-3.2-1B's 2,048) go a group of
+// chunks at a time, re-reading res_out. HELD = 4 and the weights loaded after the sum keep the
+// kernel at 56 registers: holding 8 chunks, or the weights too, cost long prefills occupancy
+// (session 21, docs/performance.md).
+constexpr int HELD = 4;
+constexpr int GROUP = 32 * 8 * HELD;
 }
 
 template <typename T>
@@ -24,42 +32,50 @@ __device__ void rms_norm(const T* __restrict__ x, const float* __restrict__ resi
     const bool vec = H % 8 == 0 && addresses % 16 == 0;
     float ss = 0.f;
     if (vec) {
-        for (int c = lane * 8; c < H; c += 32 * 8) {
-            float r[8];
-            load8(x + base + c, r);
-            if (residual) {
-                float add[8];
-                load8(residual + base + c, add);
+        float r[HELD][8];
+        for (int c0 = 0; c0 < H; c0 += GROUP) {
 #pragma unroll
-                for (int i = 0; i < 8; ++i) r[i] += add[i];
+            for (int k = 0; k < HELD; ++k) {
+                const int c = c0 + (k * 32 + lane) * 8;
+                if (c >= H) continue;
+                load8(x + base + c, r[k]);
+                if (residual) {
+                    float add[8];
+                    load8(residual + base + c, add);
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) r[k][i] += add[i];
+                }
+                store8(res_out + base + c, r[k]);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) ss += r[k][i] * r[k][i];
             }
-            store8(res_out + base + c, r);
+        }
+        const float inv = rsqrtf(warp_sum(ss) / H + eps);
+        // Each lane re-reads only what it wrote itself above, so no barrier is needed.
+        for (int c0 = 0; c0 < H; c0 += GROUP) {
 #pragma unroll
-            for (int i = 0; i < 8; ++i) ss += r[i] * r[i];
+            for (int k = 0; k < HELD; ++k) {
+                const int c = c0 + (k * 32 + lane) * 8;
+                if (c >= H) continue;
+                if (H > GROUP) load8(res_out + base + c, r[k]);
+                float w[8];
+                load8(weight + c, w);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) r[k][i] = rms_normed<T>(r[k][i], inv, w[i]);
+                store8(out + base + c, r[k]);
+            }
         }
-    } else {
-        for (int i = lane; i < H; i += 32) {
-            float r = to_float(x[base + i]);
-            if (residual) r += residual[base + i];
-            res_out[base + i] = r;
-            ss += r * r;
-        }
+        return;
+    }
+    for (int i = lane; i < H; i += 32) {
+        float r = to_float(x[base + i]);
+        if (residual) r += residual[base + i];
+        res_out[base + i] = r;
+        ss += r * r;
     }
     const float inv = rsqrtf(warp_sum(ss) / H + eps);
-    // Each lane re-reads only what it wrote itself above, so no barrier is needed.
-    if (vec) {
-        for (int c = lane * 8; c < H; c += 32 * 8) {
-            float r[8], w[8];
-            load8(res_out + base + c, r);
-            load8(weight + c, w);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) r[i] = rms_normed<T>(r[i], inv, w[i]);
-            store8(out + base + c, r);
-        }
-    } else {
-        for (int i = lane; i < H; i += 32) {
-            out[base + i] = from_float<T>(rms_normed<T>(res_out[base + i], inv, to_float(weight[i])));
-        }
+    for (int i = lane; i < H; i += 32) {
+        out[base + i] = from_float<T>(rms_normed<T>(res_out[base + i], inv, to_float(weight[i])));
     }
 }
 
