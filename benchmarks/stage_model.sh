@@ -4,7 +4,8 @@
 # grows with the shipped evidence, so ../shared/gpu-host/split-model.sh's 50 MB first half
 # no longer fits beside it. This re-splits that script's .model/a and .model/b into
 # .model/part-00, -01, ... of PART_BYTES (default 33 MB: three parts) and prints the device calls:
-# one per part, back to back while the machine is warm (it is released after ~30 s idle).
+# one per part, back to back while the machine is warm (it is released after ~30 s idle), and
+# the command that puts them together and checks the model's sha256.
 #
 #   ../shared/gpu-host/split-model.sh && benchmarks/stage_model.sh
 set -euo pipefail
@@ -16,8 +17,12 @@ fi
 rm -f .model/part-*
 cat .model/a .model/b | split -b "${PART_BYTES:-33000000}" -d -a 2 - .model/part-
 parts=(.model/part-*)
-echo "staged ${#parts[@]} parts of the GGUF (sha256 $(cat "${parts[@]}" | sha256sum | cut -c1-16)…); device calls:"
+sha=$(cat "${parts[@]}" | sha256sum | cut -d' ' -f1)
+echo "staged ${#parts[@]} parts of the GGUF (sha256 ${sha:0:16}…); device calls:"
 for p in "${parts[@]}"; do
   echo "  carry [\"$p\"]:  mkdir -p /tmp/model && cp $p /tmp/model/"
 done
-echo "  then, carrying what the run needs:  cat /tmp/model/part-* > /tmp/model/smollm2.gguf && ..."
+# A machine released between the calls comes back bare, with some parts missing: the check
+# stops the run there instead of letting it fail on a truncated model.
+echo "  then, carrying what the run needs:  cat /tmp/model/part-* > /tmp/model/smollm2.gguf &&" \
+  "echo '$sha  /tmp/model/smollm2.gguf' | sha256sum -c --quiet && ..."

@@ -38,6 +38,25 @@ def test_the_parts_are_the_model_in_order(tmp_path):
     assert result.stdout.count("carry [") == 5
 
 
+def test_its_join_command_checks_the_model_and_stops_on_a_missing_part(tmp_path):
+    """The printed command after `then` joins /tmp/model's parts and checks their sha256:
+    run on a copy of the parts it passes; with one part gone (the machine was released
+    between the calls) it fails before the run."""
+    root = checkout(tmp_path)
+    (root / ".model").mkdir()
+    (root / ".model" / "a").write_bytes(os.urandom(2500))
+    (root / ".model" / "b").write_bytes(os.urandom(1700))
+    result = stage(root, 1000)
+    join = result.stdout.split("then, carrying what the run needs:")[1].strip().removesuffix("&& ...")
+    device = tmp_path / "device"
+    shutil.copytree(root / ".model", device, ignore=shutil.ignore_patterns("a", "b"))
+    command = join.replace("/tmp/model", str(device)) + " && echo ran"
+    assert subprocess.run(["bash", "-c", command], capture_output=True, text=True).stdout.strip() == "ran"
+    (device / "part-02").unlink()
+    lost = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
+    assert lost.returncode != 0 and "ran" not in lost.stdout
+
+
 def test_without_the_halves_it_refuses(tmp_path):
     root = checkout(tmp_path)
     result = stage(root, 1000)
