@@ -2,8 +2,9 @@
 # Session 21: RMSNorm with each lane's row chunks held in registers against HEAD's kernel.
 # TREES (default "head h8 h4", the first call; the second ran TREES="head h4r h8r"):
 # h8, h4 hold 8 or 4 chunks of 8 elements and their weights; h4r, h8r hold the row only and
-# load the weights after the sum. Each tree is this checkout with .whl/<tree>/cuda_src/
-# rms_norm.cu laid over a copy; the rms_norm GPU tests run on both variants, then per tree,
+# load the weights after the sum (kept: cuda_src/rms_norm.cu). The others are patches against
+# it here: h4-weights-held.patch, h8-weights-held.patch, h8r-row-only.patch.
+# Each tree is this checkout with .whl/<tree>/cuda_src/rms_norm.cu laid over a copy; the rms_norm GPU tests run on both variants, then per tree,
 # rounds alternating: a SmolLM2 decode step at B=256 / context 192 (fixed-256's size), the
 # Llama shape's at B=256 / contexts 100-2048 (H = 2048), and prefill. Logs under $OUT.
 set -uo pipefail
