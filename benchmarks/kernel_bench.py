@@ -142,19 +142,18 @@ def linear(ops):
 def gemm(ops):
     """SmolLM2-135M's four projections (bf16) at decode batch sizes: our GEMM at each tile
     (* the one gemm_tile picks) against cuBLAS."""
-    from engine.ops.kernel_table import GEMM_TILES
     dt = torch.bfloat16
     stream = ops.new_stream()
-    print(f"{'GEMM (rows x K -> N), us':<28} " + " ".join(f"{'x'.join(map(str, t)):>8}" for t in GEMM_TILES)
+    print(f"{'GEMM (rows x K -> N), us':<28} " + " ".join(f"{str(t):>12}" for t in ops.gemm_tiles)
           + f" {'cuBLAS':>8}")
     for M in (8, 16, 32, 64, 128, 256):
         for K, N in ((576, 960), (576, 576), (576, 3072), (1536, 576)):
             w = torch.randn(N, K, dtype=dt, device="cuda")
             x = torch.randn(M, K, dtype=dt, device="cuda")
             picked = ops.gemm_tile(M, N, K)
-            cells = [f"{graph_us(lambda i: ops.gemm(x, w, t), stream):>7.2f}"
+            cells = [f"{graph_us(lambda i: ops.gemm(x, w, t), stream):>11.2f}"
                      f"{'*' if t == picked else ' '}"
-                     for t in GEMM_TILES]
+                     for t in ops.gemm_tiles]
             print(f"{f'{M} x {K} -> {N}':<28} " + " ".join(cells) + f" {graph_us(lambda i: F.linear(x, w), stream):>8.2f}")
 
 

@@ -20,11 +20,23 @@
 // share of K's chunks; their partial sums meet in shared memory, and each block adds up its
 // slice of the tile's rows over the cluster's blocks in rank order (distributed shared
 // memory; the same order every run). Few rows make few tiles: this spreads W over more SMs.
+// Two kinds of kernel, the same pipeline and split:
+//   gemm_<dtype>_...     mma.sync m16n8k16 from ldmatrix fragments, as above; x and W tiles
+//                        padded against bank conflicts;
+//   gemm_wg_<dtype>_...  Hopper's wgmma (sm_90a): the block is one warpgroup and a tile is
+//                        64 rows, read by the tensor cores straight from shared memory (no
+//                        ldmatrix, no register fragments of x or W), in wgmma's 128-byte
+//                        swizzle instead of padding; STAGES - 2 chunks load ahead, one more
+//                        is being multiplied. On session 22's sweep of 24 decode shapes the
+//                        host's picks with both kinds took 12% less time than with mma.sync
+//                        alone, and still 1.5x cuBLAS's (docs/performance.md). Likely why:
+//                        every W tile's blocks read x again from L2; cuBLAS's tiles are larger.
 // Layout: x [M, K], W [N, K] (torch's linear weight), y [M, N], all row-major; K % BK == 0
 // and N % 8 == 0 (the host checks).
 // Launch: grid = (ceil(M / BM), ceil(N / BN), SPLIT) (the m-tiles of one W tile side by side,
-// so they meet in L2), block 128, dynamic smem = STAGES (BN + BM) (BK + PAD) 2 bytes.
-// Kernels: gemm_<dtype>_<BM>x<BN>x<STAGES>_k<SPLIT>.
+// so they meet in L2), block 128, dynamic smem = STAGES (BN + BM) (BK + PAD) 2 bytes, for
+// the wgmma kernels STAGES (BN + BM) BK 2 + 1024 bytes (their tiles start 1024-byte aligned).
+// Kernels: gemm_<dtype>_<BM>x<BN>x<STAGES>_k<SPLIT>, gemm_wg_<dtype>_64x<BN>x<STAGES>_k<SPLIT>.
 #include <cooperative_groups.h>
 
 #include "mma.cuh"
@@ -35,16 +47,93 @@ constexpr int THREADS = 128, WARPS = 4, BK = 64, PAD = 8;  // PAD: against bank 
 
 template <typename T> using TileRow = T[BK + PAD];
 
+// Padded tiles: row r, column c at tile[r][c].
+struct PaddedTile {
+    template <typename T> static __device__ __forceinline__ void* at(void* tile, int r, int c) {
+        return &reinterpret_cast<TileRow<T>*>(tile)[r][c];
+    }
+};
+// wgmma's 128-byte swizzle, K-major: a row of a chunk is 128 bytes, and its 16-byte piece p
+// lies at piece p ^ (r % 8), so the 8 rows a wgmma reads together fall in different banks.
+struct SwizzledTile {
+    template <typename T> static __device__ __forceinline__ void* at(void* tile, int r, int c) {
+        const int piece = c * (int)sizeof(T) / 16;
+        return static_cast<unsigned char*>(tile) + r * BK * (int)sizeof(T) + ((piece ^ (r % 8)) << 4);
+    }
+};
+
 // Starts copying rows r0 .. r0 + ROWS of a [rows, K] matrix, columns k0 .. k0 + BK, into
 // `tile`; rows at or past `rows` become zeros.
-template <typename T, int ROWS>
-__device__ __forceinline__ void load_tile(TileRow<T>* tile, const T* __restrict__ src, int rows, int K, int r0,
-                                          int k0) {
+template <typename Layout, typename T, int ROWS>
+__device__ __forceinline__ void load_tile(void* tile, const T* __restrict__ src, int rows, int K, int r0, int k0) {
 #pragma unroll
     for (int i = threadIdx.x; i < ROWS * BK / 8; i += THREADS) {
         const int r = i / (BK / 8), c = i % (BK / 8) * 8;
         const bool valid = r0 + r < rows;
-        cp_async16(&tile[r][c], src + (int64_t)(valid ? r0 + r : 0) * K + k0 + c, valid);
+        cp_async16(Layout::template at<T>(tile, r, c), src + (int64_t)(valid ? r0 + r : 0) * K + k0 + c, valid);
+    }
+}
+
+// The K chunks of this block: the grid's z splits K's chunks between the blocks of a cluster.
+struct KRange {
+    int first, chunks;   // the first column, the number of BK-wide chunks
+    template <int SPLIT> static __device__ __forceinline__ KRange of_block(int K) {
+        const int z = blockIdx.z, k_first = z * (K / BK) / SPLIT * BK;
+        return {k_first, (z + 1) * (K / BK) / SPLIT - k_first / BK};
+    }
+};
+
+// Writes the block's BM x BN output tile from its accumulators: 16 x 8 fragments, this warp's
+// (i, j) at rows row0 + 16 i, columns col0 + 8 j of the tile, each lane holding rows g and
+// g + 8, columns 2q and 2q + 1 (the mma.sync and wgmma layouts alike). With SPLIT > 1 the
+// cluster's partial sums meet in distributed shared memory (`smem`, whose K tiles are
+// done with), and each block adds up its slice of rows over the cluster's blocks in rank order.
+template <typename T, int BM, int BN, int SPLIT, int MT, int NT>
+__device__ void store_tile(const float (&acc)[MT][NT][4], int row0, int col0, T* __restrict__ y, int m0, int n0,
+                           int M, int N, void* smem) {
+    const int lane = threadIdx.x % 32, g = lane / 4, q2 = lane % 4 * 2;
+    if constexpr (SPLIT == 1) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                const int col = n0 + col0 + nt * 8 + q2;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = m0 + row0 + mt * 16 + g + 8 * h;
+                    if (row < M && col < N)
+                        *reinterpret_cast<uint32_t*>(y + (int64_t)row * N + col) =
+                            pack2<T>(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+                }
+            }
+    } else {
+        static_assert(BM % SPLIT == 0, "each block of the cluster adds up an equal share of rows");
+        float2* part = static_cast<float2*>(smem);   // [BM][BN / 2]
+        cp_async_wait<0>();
+        __syncthreads();
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    part[(row0 + mt * 16 + g + 8 * h) * (BN / 2) + (col0 + nt * 8 + q2) / 2] =
+                        make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+        cluster.sync();
+        const int rank = cluster.block_rank(), rows = BM / SPLIT;
+        for (int i = threadIdx.x; i < rows * BN / 2; i += THREADS) {
+            const int r = rank * rows + i / (BN / 2), c = i % (BN / 2);
+            float2 sum = make_float2(0.f, 0.f);
+            for (int q = 0; q < SPLIT; ++q) {
+                const float2 p = *cluster.map_shared_rank(&part[r * (BN / 2) + c], q);
+                sum.x += p.x;
+                sum.y += p.y;
+            }
+            const int row = m0 + r, col = n0 + 2 * c;
+            if (row < M && col < N) *reinterpret_cast<uint32_t*>(y + (int64_t)row * N + col) = pack2<T>(sum.x, sum.y);
+        }
+        cluster.sync();   // every block's partial sums stay until the whole cluster has read them
     }
 }
 
@@ -52,34 +141,35 @@ template <typename T, int BM, int BN, int STAGES, int SPLIT>
 __device__ void gemm(const T* __restrict__ x, const T* __restrict__ W, T* __restrict__ y, int M, int N, int K) {
     constexpr int WM = BM == 16 ? 1 : 2, WN = WARPS / WM, MT = BM / (16 * WM), NT = BN / (8 * WN);
     static_assert(MT * 16 * WM == BM && NT * 8 * WN == BN, "the warps tile the block");
+    static_assert(BM * BN * 4 <= STAGES * BN * (BK + PAD) * 2, "a split's partial sums fit in the W stages");
     extern __shared__ __align__(16) unsigned char smem[];
     TileRow<T>* ws = reinterpret_cast<TileRow<T>*>(smem);   // [STAGES][BN]
     TileRow<T>* xs = ws + STAGES * BN;                      // [STAGES][BM]
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-    const int k_first = blockIdx.z * (K / BK) / SPLIT * BK, chunks = (blockIdx.z + 1) * (K / BK) / SPLIT - k_first / BK;
+    const KRange k = KRange::of_block<SPLIT>(K);
 
     // Before the wait: the block's W rows into L2, and its first STAGES - 1 W tiles (one
     // commit group); then x's tiles, a group each, and chunk c's wait covers both.
     if (threadIdx.x == 0) prefetch_l2(W + (int64_t)n0 * K, min(BN, N - n0) * K * (int)sizeof(T));
     for (int s = 0; s < STAGES - 1; ++s)
-        if (s < chunks) load_tile<T, BN>(ws + s * BN, W, N, K, n0, k_first + s * BK);
+        if (s < k.chunks) load_tile<PaddedTile, T, BN>(ws + s * BN, W, N, K, n0, k.first + s * BK);
     cp_async_commit();
     pdl_start();
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < chunks) load_tile<T, BM>(xs + s * BM, x, M, K, m0, k_first + s * BK);
+        if (s < k.chunks) load_tile<PaddedTile, T, BM>(xs + s * BM, x, M, K, m0, k.first + s * BK);
         cp_async_commit();
     }
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int wm = warp / WN, wn = warp % WN;
     float acc[MT][NT][4] = {};
-    for (int c = 0; c < chunks; ++c) {
+    for (int c = 0; c < k.chunks; ++c) {
         cp_async_wait<STAGES - 2>();   // this thread's copies of chunk c have landed ...
         __syncthreads();               // ... and everyone's; and chunk c - 1's slot is free
         const int next = c + STAGES - 1;
-        if (next < chunks) {
-            load_tile<T, BM>(xs + next % STAGES * BM, x, M, K, m0, k_first + next * BK);
-            load_tile<T, BN>(ws + next % STAGES * BN, W, N, K, n0, k_first + next * BK);
+        if (next < k.chunks) {
+            load_tile<PaddedTile, T, BM>(xs + next % STAGES * BM, x, M, K, m0, k.first + next * BK);
+            load_tile<PaddedTile, T, BN>(ws + next % STAGES * BN, W, N, K, n0, k.first + next * BK);
         }
         cp_async_commit();             // (empty past the last chunk: the count stays uniform)
         const T* xt = xs[c % STAGES * BM + wm * MT * 16];   // the warp's rows of x at chunk c
@@ -105,52 +195,117 @@ __device__ void gemm(const T* __restrict__ x, const T* __restrict__ W, T* __rest
                 }
         }
     }
+    store_tile<T, BM, BN, SPLIT>(acc, wm * MT * 16, wn * NT * 8, y, m0, n0, M, N, smem);
+}
 
-    // Each lane holds rows g and g + 8 of each 16 x 8 tile, columns 2q and 2q + 1.
-    const int g = lane / 4, q2 = lane % 4 * 2;
-    if constexpr (SPLIT == 1) {
+// ---------------------------------------------------------------- wgmma (sm_90a)
+// Built for sm_90a only (cuda_build.arch_of); elsewhere the kernels trap, and the host
+// offers their tiles only on sm_90a.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// A shared-memory matrix descriptor of a swizzled K-major tile: its 8-row groups (one
+// swizzle pattern, 1024 bytes) one after another; adding 2 to it steps 16 columns (32
+// bytes) along K inside the pattern.
+__device__ __forceinline__ uint64_t tile_descriptor(const void* tile) {
+    constexpr uint64_t GROUP_BYTES = 1024, SWIZZLE_128B = 1;
+    return (uint64_t)((smem_address(tile) & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | GROUP_BYTES >> 4 << 32 |
+           SWIZZLE_128B << 62;
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int pending> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(pending) : "memory");
+}
+// The accumulators are read only after the wait: an empty asm that "writes" them keeps the
+// compiler from moving their reads above it.
+template <int N> __device__ __forceinline__ void fence_registers(float (&r)[N][4]) {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+    for (int i = 0; i < N; ++i)
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                const int col = n0 + (wn * NT + nt) * 8 + q2;
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int row = m0 + (wm * MT + mt) * 16 + g + 8 * h;
-                    if (row < M && col < N)
-                        *reinterpret_cast<uint32_t*>(y + (int64_t)row * N + col) =
-                            pack2<T>(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
-                }
-            }
-    } else {
-        static_assert(BM % SPLIT == 0 && BM * BN * 4 <= STAGES * BN * (BK + PAD) * 2, "");
-        float2* part = reinterpret_cast<float2*>(smem);   // [BM][BN / 2]: the W stages are done with
-        cp_async_wait<0>();
-        __syncthreads();
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    part[((wm * MT + mt) * 16 + g + 8 * h) * (BN / 2) + ((wn * NT + nt) * 8 + q2) / 2] =
-                        make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
-        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-        cluster.sync();
-        const int rank = cluster.block_rank(), rows = BM / SPLIT;
-        for (int i = threadIdx.x; i < rows * BN / 2; i += THREADS) {
-            const int r = rank * rows + i / (BN / 2), c = i % (BN / 2);
-            float2 sum = make_float2(0.f, 0.f);
-            for (int q = 0; q < SPLIT; ++q) {
-                const float2 p = *cluster.map_shared_rank(&part[r * (BN / 2) + c], q);
-                sum.x += p.x;
-                sum.y += p.y;
-            }
-            const int row = m0 + r, col = n0 + 2 * c;
-            if (row < M && col < N) *reinterpret_cast<uint32_t*>(y + (int64_t)row * N + col) = pack2<T>(sum.x, sum.y);
-        }
-        cluster.sync();   // every block's partial sums stay until the whole cluster has read them
+        for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(r[i][j])::"memory");
+}
+// cp.async writes are generic-proxy writes; wgmma reads through the async proxy.
+__device__ __forceinline__ void fence_async_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// d[64 x 64] += a[64 x 16] b[16 x 64] for the warpgroup: a, b descriptors of K-major tiles;
+// d is 8 fragments of 16 x 8 (this warp's 16 rows), as mma.sync lays them out.
+#define WGMMA_64x64x16(TYPE)                                                                                     \
+    asm volatile(                                                                                                \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                             \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " "                                          \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+        "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"                       \
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),              \
+          "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),              \
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),              \
+          "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),              \
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),              \
+          "+f"(d[7][2]), "+f"(d[7][3])                                                                           \
+        : "l"(a), "l"(b), "r"(1))
+template <typename T> __device__ __forceinline__ void wgmma_64x64x16(float* acc, uint64_t a, uint64_t b);
+template <> __device__ __forceinline__ void wgmma_64x64x16<bf16>(float* acc, uint64_t a, uint64_t b) {
+    float(&d)[8][4] = *reinterpret_cast<float(*)[8][4]>(acc);
+    WGMMA_64x64x16("bf16");
+}
+template <> __device__ __forceinline__ void wgmma_64x64x16<f16>(float* acc, uint64_t a, uint64_t b) {
+    float(&d)[8][4] = *reinterpret_cast<float(*)[8][4]>(acc);
+    WGMMA_64x64x16("f16");
+}
+#endif
+
+// The pipeline of gemm() with wgmma: chunk c's multiplies run while the next chunks load,
+// and a slot is refilled once the wgmmas that read it are done (wait_group 1 leaves one
+// chunk's in flight), so STAGES - 2 chunks load ahead.
+template <typename T, int BN, int STAGES, int SPLIT>
+__device__ void gemm_wgmma(const T* __restrict__ x, const T* __restrict__ W, T* __restrict__ y, int M, int N,
+                           int K) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BM = 64, ALIGN = 1024, X_BYTES = BM * BK * 2, STAGE_BYTES = X_BYTES + BN * BK * 2;
+    static_assert(STAGES >= 3 && BN % 64 == 0 && X_BYTES % ALIGN == 0, "every tile starts 1024-byte aligned");
+    static_assert(BM * BN * 4 <= STAGES * STAGE_BYTES, "a split's partial sums fit in the stages");
+    extern __shared__ unsigned char smem_unaligned[];
+    unsigned char* smem = smem_unaligned + (-smem_address(smem_unaligned) & (ALIGN - 1));
+    auto x_tile = [&](int s) { return smem + s * STAGE_BYTES; };
+    auto w_tile = [&](int s) { return smem + s * STAGE_BYTES + X_BYTES; };
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    const KRange k = KRange::of_block<SPLIT>(K);
+
+    if (threadIdx.x == 0) prefetch_l2(W + (int64_t)n0 * K, min(BN, N - n0) * K * (int)sizeof(T));
+    for (int s = 0; s < STAGES - 2; ++s)
+        if (s < k.chunks) load_tile<SwizzledTile, T, BN>(w_tile(s), W, N, K, n0, k.first + s * BK);
+    cp_async_commit();
+    pdl_start();
+    for (int s = 0; s < STAGES - 2; ++s) {
+        if (s < k.chunks) load_tile<SwizzledTile, T, BM>(x_tile(s), x, M, K, m0, k.first + s * BK);
+        cp_async_commit();
     }
+
+    float acc[1][BN / 8][4] = {};
+    for (int c = 0; c < k.chunks; ++c) {
+        cp_async_wait<STAGES - 3>();   // this thread's copies of chunk c have landed ...
+        fence_async_proxy();           // ... visible to the tensor cores ...
+        __syncthreads();               // ... everyone's; and chunk c - 2's wgmmas are done
+        const int next = c + STAGES - 2;
+        if (next < k.chunks) {
+            load_tile<SwizzledTile, T, BM>(x_tile(next % STAGES), x, M, K, m0, k.first + next * BK);
+            load_tile<SwizzledTile, T, BN>(w_tile(next % STAGES), W, N, K, n0, k.first + next * BK);
+        }
+        cp_async_commit();
+        const uint64_t a = tile_descriptor(x_tile(c % STAGES)), b = tile_descriptor(w_tile(c % STAGES));
+        wgmma_fence();
+#pragma unroll
+        for (int k16 = 0; k16 < BK / 16; ++k16)
+#pragma unroll
+            for (int n64 = 0; n64 < BN / 64; ++n64)   // 64 rows of W are 8 KB further: 512 in 16-byte units
+                wgmma_64x64x16<T>(&acc[0][n64 * 8][0], a + 2 * k16, b + 2 * k16 + n64 * 512);
+        wgmma_commit();
+        wgmma_wait<1>();
+    }
+    wgmma_wait<0>();
+    fence_registers(acc[0]);
+    store_tile<T, BM, BN, SPLIT>(acc, threadIdx.x / 32 * 16, 0, y, m0, n0, M, N, smem);
+#else
+    __trap();
+#endif
 }
 
 #define GEMM(T, N, BM, BN, S, SPLIT)                                                                    \
@@ -158,8 +313,15 @@ __device__ void gemm(const T* __restrict__ x, const T* __restrict__ W, T* __rest
         gemm_##N##_##BM##x##BN##x##S##_k##SPLIT(const T* x, const T* W, T* y, int M, int Nout, int K) { \
         gemm<T, BM, BN, S, SPLIT>(x, W, y, M, Nout, K);                                                 \
     }
+#define GEMM_WG(T, N, BN, S, SPLIT)                                                                      \
+    extern "C" __global__ void __cluster_dims__(1, 1, SPLIT) __launch_bounds__(THREADS)                  \
+        gemm_wg_##N##_64x##BN##x##S##_k##SPLIT(const T* x, const T* W, T* y, int M, int Nout, int K) {   \
+        gemm_wgmma<T, BN, S, SPLIT>(x, W, y, M, Nout, K);                                                \
+    }
 #define GEMM_TILES(T, N)                                                                                   \
     GEMM(T, N, 16, 64, 10, 1) GEMM(T, N, 16, 64, 7, 4) GEMM(T, N, 32, 32, 10, 1) GEMM(T, N, 32, 64, 7, 2) \
-    GEMM(T, N, 64, 32, 10, 1) GEMM(T, N, 64, 64, 10, 1) GEMM(T, N, 64, 64, 7, 2) GEMM(T, N, 128, 64, 6, 1)
+    GEMM(T, N, 64, 32, 10, 1) GEMM(T, N, 64, 64, 10, 1) GEMM(T, N, 64, 64, 7, 2) GEMM(T, N, 128, 64, 6, 1) \
+    GEMM_WG(T, N, 64, 8, 1) GEMM_WG(T, N, 64, 5, 1) GEMM_WG(T, N, 128, 6, 1) GEMM_WG(T, N, 128, 4, 1)       \
+    GEMM_WG(T, N, 256, 4, 1) GEMM_WG(T, N, 64, 6, 2) GEMM_WG(T, N, 128, 4, 2) GEMM_WG(T, N, 64, 5, 4)
 GEMM_TILES(bf16, bf16)
 GEMM_TILES(f16, f16)

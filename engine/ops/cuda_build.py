@@ -49,6 +49,12 @@ def compile_source(src: Path, arch: str, out: Path) -> None:
         raise RuntimeError(f"nvcc failed on {src.name} ({' '.join(cmd)}):\n{res.stderr.strip()}")
 
 
+def arch_of(major: int, minor: int) -> str:
+    """The arch to build for a device of this compute capability: Hopper's sm_90a, whose
+    wgmma instructions plain sm_90 lacks (its cubins run on sm_90 devices only), else sm_XY."""
+    return "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
+
+
 def build_all(arch: str) -> dict[str, Path]:
     """Cubin path per source stem, compiling only what the cache lacks."""
     version = subprocess.run([nvcc_path(), "--version"], capture_output=True, text=True).stdout

@@ -17,7 +17,7 @@ import torch
 from engine.config import EngineConfig
 from engine.ops import cuda_build
 from engine.ops.base import Ops, SamplingTensors
-from engine.ops.kernel_table import DECODE_GROUPS, GEMM_TILES, KERNELS, PREFILL_SHAPES, constant
+from engine.ops.kernel_table import DECODE_GROUPS, GEMM_TILES, KERNELS, PREFILL_SHAPES, GemmTile, constant
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 # Shared with cuda_src/ through the kernel table, which a CPU test checks against the sources.
@@ -60,11 +60,9 @@ def _gemv_smem(M: int, K: int, norm: bool) -> int:
     return (M + norm) * K * 4
 
 
-def _gemm_smem(tile: tuple[int, int, int, int]) -> int:
-    """The GEMM kernel's dynamic shared memory (16-bit operands) at `tile`: its stages of
-    W and x tiles (cuda_src/gemm.cu)."""
-    bm, bn, stages, _ = tile
-    return stages * (bm + bn) * 2 * (_GEMM_BK + _GEMM_PAD)
+def _gemm_smem(tile: GemmTile) -> int:
+    """The GEMM kernel's dynamic shared memory at `tile` (cuda_src/gemm.cu)."""
+    return tile.shared_bytes(_GEMM_BK, _GEMM_PAD)
 
 
 def _dtype_name(t: torch.Tensor) -> str:
@@ -118,16 +116,17 @@ class CudaOps(Ops):
         self.gemv_max_rows = config.gemv_max_rows
         self.gemm_max_rows = config.gemm_max_rows
         try:
-            cubins = cuda_build.build_all(f"sm_{major}{minor}")
+            cubins = cuda_build.build_all(cuda_build.arch_of(major, minor))
         except RuntimeError as e:
             raise RuntimeError(f"CudaOps: compiling cuda_src failed: {e}") from e
         self.launcher = cuda_build.Launcher(torch.cuda.current_device(), debug=config.cuda_debug)
         mods = {stem: self.launcher.load(path) for stem, path in cubins.items()}
         self._k = {spec.key: mods[spec.source].kernel(spec.name, spec.signature) for spec in KERNELS}
-        # Blocks an SM holds of each GEMM tile (the f16 kernels are the bf16 ones' code):
-        # shared memory is what runs out.
-        self._gemm_blocks = {tile: self._k["gemm", "bf16", *tile].blocks_per_sm(128, _gemm_smem(tile))
-                             for tile in GEMM_TILES}
+        # The GEMM tiles this device runs (wgmma needs sm_90a's features), and the blocks an
+        # SM holds of each (the f16 kernels are the bf16 ones' code): shared memory runs out.
+        self.gemm_tiles = [t for t in GEMM_TILES if t.unit == "mma" or cuda_build.arch_of(major, minor) == "sm_90a"]
+        self._gemm_blocks = {tile: self._k["gemm", "bf16", tile].blocks_per_sm(128, _gemm_smem(tile))
+                             for tile in self.gemm_tiles}
         # Decode attention's per-(sequence, KV head) split counters. Kernels leave them
         # zero; a larger batch gets a new buffer, and old ones stay alive because
         # captured CUDA graphs hold their addresses.
@@ -192,7 +191,7 @@ class CudaOps(Ops):
                                           shared=_gemv_smem(M, K, kind == "gemv_norm"))
         return y
 
-    def _gemm_tile_for(self, x: torch.Tensor, weight: torch.Tensor) -> tuple[int, int, int, int] | None:
+    def _gemm_tile_for(self, x: torch.Tensor, weight: torch.Tensor) -> GemmTile | None:
         """The tile our GEMM takes x @ weight^T at, or None where it does not take them."""
         K = x.shape[-1]
         fits = (x.dim() == 2 and x.shape[0] <= self.gemm_max_rows and x.dtype == weight.dtype
@@ -201,35 +200,33 @@ class CudaOps(Ops):
                 and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0)   # 16-byte copies
         return self.gemm_tile(x.shape[0], weight.shape[0], K) if fits else None
 
-    def gemm_tile(self, M: int, N: int, K: int) -> tuple[int, int, int, int] | None:
-        """The tile (rows, columns, stages, K split) of an M x N x K GEMM (None: none fits
-        in shared memory). These GEMMs take a few µs of round trips to memory, so their
-        time goes as the waves of blocks the GPU runs one after another times the K chunks
-        each block walks: the fewest waves, then the fewest chunks a block, then the
-        smallest tile (the fewest padded rows)."""
+    def gemm_tile(self, M: int, N: int, K: int) -> GemmTile | None:
+        """The tile of an M x N x K GEMM (None: none fits in shared memory). These GEMMs take
+        a few µs of round trips to memory, so their time goes as the waves of blocks the GPU
+        runs one after another times the K chunks each block walks: the fewest waves, then
+        the fewest chunks a block, then the smallest tile (the fewest padded rows). On the
+        session-22 sweep of 24 decode shapes this rule's picks took 1.02x the best tile's
+        time on average (docs/performance.md)."""
         def cost(tile):
-            bm, bn, stages, split = tile
-            blocks = math.ceil(M / bm) * math.ceil(N / bn) * split
+            blocks = math.ceil(M / tile.rows) * math.ceil(N / tile.cols) * tile.split
             waves = math.ceil(blocks / (self.num_sms * self.gemm_blocks_per_sm(tile)))
-            return waves, math.ceil(K // _GEMM_BK / split), bm * bn
-        fitting = [t for t in GEMM_TILES if _gemm_smem(t) <= self._smem_per_block]
+            return waves, math.ceil(K // _GEMM_BK / tile.split), tile.rows * tile.cols
+        fitting = [t for t in self.gemm_tiles if _gemm_smem(t) <= self._smem_per_block]
         return min(fitting, key=cost) if fitting else None
 
-    def gemm_blocks_per_sm(self, tile: tuple[int, int, int, int]) -> int:
+    def gemm_blocks_per_sm(self, tile: GemmTile) -> int:
         """How many blocks of `tile` an SM holds at once."""
         return self._gemm_blocks[tile]
 
-    def gemm(self, x: torch.Tensor, weight: torch.Tensor, tile: tuple[int, int, int, int] | None = None
-             ) -> torch.Tensor:
+    def gemm(self, x: torch.Tensor, weight: torch.Tensor, tile: GemmTile | None = None) -> torch.Tensor:
         """x [M, K] @ weight [N, K]^T in our GEMM kernel at `tile` (default: gemm_tile)."""
         (M, K), N = x.shape, weight.shape[0]
         y = torch.empty((M, N), dtype=x.dtype, device=x.device)
         if M and N:
             tile = tile or self.gemm_tile(M, N, K)
-            bm, bn, _, split = tile
-            self._k["gemm", _dtype_name(x), *tile](
-                (math.ceil(M / bm), math.ceil(N / bn), split), 128, x.contiguous(), weight.contiguous(), y,
-                M, N, K, shared=_gemm_smem(tile))
+            self._k["gemm", _dtype_name(x), tile](
+                (math.ceil(M / tile.rows), math.ceil(N / tile.cols), tile.split), 128, x.contiguous(),
+                weight.contiguous(), y, M, N, K, shared=_gemm_smem(tile))
         return y
 
     def linear(self, x, weight):

@@ -16,9 +16,39 @@ HEAD_DIMS = (64, 128)
 DECODE_GROUPS = (1, 2, 3, 4, 8)   # query heads per KV head the decode kernel is built for (exactly)
 # (head dim, m-tiles of 16 query rows per warp) the prefill kernel is built for.
 PREFILL_SHAPES = ((64, 1), (64, 2), (128, 1))
-# (rows, columns, pipeline stages, blocks splitting K) of the output tiles the decode GEMM is built for.
-GEMM_TILES = ((16, 64, 10, 1), (16, 64, 7, 4), (32, 32, 10, 1), (32, 64, 7, 2), (64, 32, 10, 1), (64, 64, 10, 1),
-              (64, 64, 7, 2), (128, 64, 6, 1))
+
+
+@dataclass(frozen=True)
+class GemmTile:
+    """An output tile the decode GEMM (gemm.cu) is built for: rows x cols outputs a block,
+    `stages` K chunks in its pipeline, `split` blocks sharing K, and its tensor-core
+    instruction: "mma" (mma.sync, any sm_90) or "wgmma" (sm_90a's warpgroup MMA)."""
+    rows: int
+    cols: int
+    stages: int
+    split: int
+    unit: str = "mma"
+
+    def kernel_name(self, dtype: str) -> str:
+        prefix = "gemm_wg" if self.unit == "wgmma" else "gemm"
+        return f"{prefix}_{dtype}_{self.rows}x{self.cols}x{self.stages}_k{self.split}"
+
+    def shared_bytes(self, bk: int, pad: int) -> int:
+        """Dynamic shared memory (16-bit operands, K chunks `bk` wide): the stages of x and W
+        tiles, padded rows for mma, for wgmma swizzled ones and room to align them to 1 KB."""
+        if self.unit == "wgmma":
+            return self.stages * (self.rows + self.cols) * bk * 2 + 1024
+        return self.stages * (self.rows + self.cols) * (bk + pad) * 2
+
+    def __str__(self) -> str:
+        return f"{'wg ' if self.unit == 'wgmma' else ''}{self.rows}x{self.cols}x{self.stages}k{self.split}"
+
+
+GEMM_TILES = tuple(GemmTile(*t) for t in (
+    (16, 64, 10, 1), (16, 64, 7, 4), (32, 32, 10, 1), (32, 64, 7, 2), (64, 32, 10, 1), (64, 64, 10, 1),
+    (64, 64, 7, 2), (128, 64, 6, 1))) + tuple(GemmTile(*t, unit="wgmma") for t in (
+    (64, 64, 8, 1), (64, 64, 5, 1), (64, 128, 6, 1), (64, 128, 4, 1), (64, 256, 4, 1), (64, 64, 6, 2),
+    (64, 128, 4, 2), (64, 64, 5, 4)))
 
 # The host's name -> (source, the source's name, value): `constexpr int NAME = value` there.
 CONSTANTS = {
@@ -66,8 +96,7 @@ def _specs() -> list[KernelSpec]:
                       KernelSpec(("gemv_norm", dt), "gemv", f"gemv_norm_{dt}", "PPPPPPiiif"),
                       KernelSpec(("gemv_silu", dt), "gemv", f"gemv_silu_{dt}", "PPPiii"),
                       KernelSpec(("gemv_qkv_rope", dt), "gemv", f"gemv_norm_qkv_rope_{dt}", "PPPPPPiifPPPPPiii")]
-            specs += [KernelSpec(("gemm", dt, *tile), "gemm", "gemm_{}_{}x{}x{}_k{}".format(dt, *tile), "PPPiii")
-                      for tile in GEMM_TILES]
+            specs += [KernelSpec(("gemm", dt, tile), "gemm", tile.kernel_name(dt), "PPPiii") for tile in GEMM_TILES]
         specs += [KernelSpec(("prefill", dt, d, mt), "attention_prefill", f"attn_prefill_{dt}_d{d}_m{mt}",
                              "PlPPPiPPPiiif") for d, mt in PREFILL_SHAPES]
         for d in HEAD_DIMS:
