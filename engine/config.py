@@ -55,8 +55,9 @@ class EngineConfig:
     # Past the gemv rows, up to this many rows go through our tensor-core GEMM
     # (cuda_src/gemm.cu), which programmatic edges join; beyond it cuBLAS. The decode step
     # with it against cuBLAS (benchmarks/gemm_crossover.sh, session 17): 0.940 vs 1.219 ms
-    # at 16 rows, 1.230 vs 1.397 at 32, 1.594 vs 1.573 at 64.
-    gemm_max_rows: int = 32
+    # at 16 rows, 1.230 vs 1.397 at 32. With the wgmma tiles (session 22, context 512):
+    # 1.199 vs 1.324 ms at 48 rows, 1.349 vs 1.367 at 64, 1.537 vs 1.500 at 96.
+    gemm_max_rows: int = 64
     cuda_debug: bool = False              # synchronize and check after every kernel launch
     # Programmatic edges between our kernels in CUDA graphs (engine.ops.pdl): a kernel's
     # blocks launch and prefetch its weights while the kernel before it still runs.
