@@ -1,25 +1,34 @@
 // Causal paged attention for a variable-length batch of multi-token queries
 // (prefill and chunked prefill), flash-attention 2 style on the tensor cores.
 //
-// One block per (query head, tile of BM queries, sequence); 4 warps, each owning
-// MT m-tiles of 16 query rows (BM = 64 MT). K/V tiles of 64 keys are gathered through
-// the block table into shared memory with cp.async, two stages deep, so the next
-// tile's loads are in flight while the tensor cores work on this one. S = Q K^T and
-// O += P V use mma.sync m16n8k16 (fp16 operands for fp16 storage, bf16 otherwise;
-// fp32 accumulate) with an online softmax in registers, fragments loaded by ldmatrix.
+// Two kinds of kernel, the same tiles, softmax and output:
+//   attn_prefill_<dtype>_d<D>_m<MT>   mma.sync (any sm_80 and later, every dtype): one block
+//        per (query head, tile of BM queries, sequence); 4 warps, each owning MT m-tiles of 16
+//        query rows (BM = 64 MT). K/V tiles of 64 keys are gathered through the block table
+//        into shared memory with cp.async, two stages deep, so the next tile's loads are in
+//        flight while the tensor cores work on this one. S = Q K^T and O += P V use mma.sync
+//        m16n8k16 (fp16 operands for fp16 storage, bf16 otherwise; fp32 accumulate) with an
+//        online softmax in registers, fragments loaded by ldmatrix.
+//   attn_prefill_wg_<dtype>_d64_m<WG> Hopper's warpgroup MMA (sm_90a; 16-bit caches, d = 64):
+//        a block is WG warpgroups of 64 query rows each (BM = 64 WG) that share the K/V tiles.
+//        Q, K and V sit in shared memory in wgmma's 128-byte swizzle (a row of 64 16-bit
+//        values is 128 bytes); S = Q K^T reads Q and K from there, O += P V takes P from
+//        registers and V as an MN-major operand. No ldmatrix, no padding, and the multiplies
+//        of one warpgroup run while another's softmax does.
 // In bf16, P goes into P V as two operand terms, hi + lo (~16 mantissa bits, not 8):
 // P rounded to bf16 alone, as flash attention does, cost greedy agreement with float32
 // (60 chat prompts: 72% against the torch reference's 83%); fp16's 11 bits need no lo term. Query j of a sequence
 // with n new tokens and context L sits at position L - n + j and sees keys <= it;
 // only the tiles that cross that diagonal are masked.
 // fp32 caches are rounded to bf16 on their way to shared memory (accumulation stays fp32).
-// Launch: grid = (nh, ceil(max_query_len / BM), B), block = 128, dynamic smem =
-// 2 stages x (K, V) x BN x (D + PAD) 16-bit values. grid.y runs the tiles backwards: the
-// longest (last) tiles start first, and the heads of one KV head sit side by side, so
-// their K/V reads meet in L2.
+// Launch: grid = (nh, ceil(max_query_len / BM), B); mma.sync: block = 128, dynamic smem =
+// 2 stages x (K, V) x BN x (D + PAD) 16-bit values; wgmma: block = 128 WG, dynamic smem =
+// (BM + 2 stages x (K, V) x BN) x 128 bytes + 1024 (the tiles start 1024-byte aligned).
+// grid.y runs the tiles backwards: the longest (last) tiles start first, and the heads of one
+// KV head sit side by side, so their K/V reads meet in L2.
 #include <type_traits>
 
-#include "mma.cuh"
+#include "wgmma.cuh"
 
 namespace {
 constexpr int THREADS = 128, WARPS = 4, BN = 64, PAD = 8;  // PAD: 16 bytes per row against bank conflicts
@@ -28,41 +37,155 @@ constexpr int BLOCKS_PER_SM = 2;                             // the registers of
 static_assert(ROWS_PER_M_TILE == WARPS * 16, "one m16 tile per warp");
 }
 
-// (a, b) as two operand pairs: hi = Op(a, b), lo = Op of what hi missed.
-template <typename Op>
-__device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t& lo) {
-    hi = pack2<Op>(a, b);
-    const float2 h = unpack2<Op>(hi);
-    lo = pack2<Op>(a - h.x, b - h.y);
+// (a, b) as two bf16 operand pairs, hi + lo: hi is a and b cut to bf16 (their upper halves,
+// one byte permute), lo what hi missed (exact in float), rounded to bf16: ~16 bits in all.
+__device__ __forceinline__ void split_bf16(float a, float b, uint32_t& hi, uint32_t& lo) {
+    const uint32_t ua = __float_as_uint(a), ub = __float_as_uint(b);
+    hi = __byte_perm(ua, ub, 0x7632);
+    lo = pack2<bf16>(a - __uint_as_float(ua & 0xffff0000u), b - __uint_as_float(ub & 0xffff0000u));
+}
+template <typename Op> constexpr bool two_terms = std::is_same<Op, bf16>::value;   // P V as hi + lo
+
+// 2^x without the denormal handling of exp2f: probabilities below 2^-126 are 0 here.
+__device__ __forceinline__ float exp2_ftz(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
 }
 
-template <typename Op, int D> using KVTile = Op[BN][D + PAD];
+// Where row r, column c of a K/V tile lies: padded rows (mma.sync) or the swizzle (wgmma).
+template <typename Op, int D> struct PaddedRows {
+    static __device__ __forceinline__ void* at(void* tile, int r, int c) {
+        return &reinterpret_cast<Op(*)[D + PAD]>(tile)[r][c];
+    }
+};
+struct SwizzledRows {
+    static __device__ __forceinline__ void* at(void* tile, int r, int c) { return swizzled_128(tile, r, c * 2); }
+};
 
 // Starts copying the K and V rows kv0 .. kv0 + BN of KV head kvh into shared memory;
 // rows at or past kv_end become zeros (their weights are 0, and 0 * stale data could be NaN).
-template <typename T, typename Op, int D>
-__device__ __forceinline__ void load_kv_tile(KVTile<Op, D>& ks, KVTile<Op, D>& vs, const T* k_cache,
-                                             const T* v_cache, const int* table, int bs_shift, int nkv, int kvh,
-                                             int kv0, int kv_end) {
-    for (int idx = threadIdx.x; idx < BN * D / 8; idx += THREADS) {
+template <typename T, typename Op, int D, typename Layout, int NTHREADS>
+__device__ __forceinline__ void load_kv_tile(void* ks, void* vs, const T* k_cache, const T* v_cache, const int* table,
+                                             int bs_shift, int nkv, int kvh, int kv0, int kv_end) {
+    for (int idx = threadIdx.x; idx < BN * D / 8; idx += NTHREADS) {
         const int row = idx / (D / 8), c = (idx % (D / 8)) * 8, j = kv0 + row;
         const bool valid = j < kv_end;
         const int64_t slot = valid ? ((int64_t)table[j >> bs_shift] << bs_shift) + (j & ((1 << bs_shift) - 1)) : 0;
         const int64_t off = (slot * nkv + kvh) * D + c;
         if constexpr (sizeof(T) == 2) {   // stored as the operand type: copied as it is
-            cp_async16(&ks[row][c], k_cache + off, valid);
-            cp_async16(&vs[row][c], v_cache + off, valid);
+            cp_async16(Layout::at(ks, row, c), k_cache + off, valid);
+            cp_async16(Layout::at(vs, row, c), v_cache + off, valid);
         } else {                          // float: converted on the way, through registers
             uint4 kw = make_uint4(0, 0, 0, 0), vw = kw;
             if (valid) {
                 kw = load8_as<Op>(k_cache + off);
                 vw = load8_as<Op>(v_cache + off);
             }
-            *reinterpret_cast<uint4*>(&ks[row][c]) = kw;
-            *reinterpret_cast<uint4*>(&vs[row][c]) = vw;
+            *reinterpret_cast<uint4*>(Layout::at(ks, row, c)) = kw;
+            *reinterpret_cast<uint4*>(Layout::at(vs, row, c)) = vw;
         }
     }
 }
+
+// One K/V tile's step of the online softmax for one 16-row m-tile, in base 2: masks keys
+// past each row's last (`masked`: the tile crosses the diagonal), raises the running max m
+// (of the scaled scores) to the tile's, rescales the running sum l and the output o to it,
+// and turns the raw scores s into unnormalised probabilities, 2^(s scale - m): one FMA and
+// one ex2 a score. o is left alone while no row's max moves (most tiles of a long row).
+// Element e of s[nt]: row e / 2, key kv0 + 8 nt + cq + e % 2.
+template <int D>
+__device__ __forceinline__ void softmax_step(float (&s)[BN / 8][4], float (&m)[2], float (&l)[2],
+                                             float (&o)[D / 8][4], const int (&lim)[2], int kv0, int cq,
+                                             bool masked, float scale_log2) {
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            if (masked && kv0 + nt * 8 + cq + (e & 1) > lim[e / 2]) s[nt][e] = -INFINITY;
+            mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+        }
+    float base[2], corr[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+        const float m_new = fmaxf(m[i], mx[i] * scale_log2);   // scale_log2 > 0: the max of the scaled
+        base[i] = m_new == -INFINITY ? 0.f : m_new;           // no key seen yet: keep ex2 finite
+        corr[i] = exp2_ftz(m[i] - base[i]);
+        m[i] = m_new;
+        l[i] *= corr[i];
+    }
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            s[nt][e] = exp2_ftz(fmaf(s[nt][e], scale_log2, -base[e / 2]));
+            l[e / 2] += s[nt][e];  // per-lane partial; summed over the quad at the end
+        }
+    if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) {
+            o[dt][0] *= corr[0]; o[dt][1] *= corr[0];
+            o[dt][2] *= corr[1]; o[dt][3] *= corr[1];
+        }
+    }
+}
+
+// P's keys 16 kk .. 16 kk + 15 as A operands of P V: two adjacent S tiles form one A
+// fragment (the accumulator layout matches); lo only where two_terms<Op>.
+template <typename Op>
+__device__ __forceinline__ void p_operands(const float (&s)[BN / 8][4], int kk, uint32_t (&hi)[4], uint32_t (&lo)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float* p = s[2 * kk + i / 2] + 2 * (i % 2);
+        if constexpr (two_terms<Op>) split_bf16(p[0], p[1], hi[i], lo[i]);
+        else hi[i] = pack2<Op>(p[0], p[1]);
+    }
+}
+
+// Writes one m-tile's output rows, o over the quad's summed l; query rows qi[i] at or past the
+// sequence's n new tokens are not stored.
+template <typename T, int D>
+__device__ __forceinline__ void store_rows(const float (&o)[D / 8][4], const float (&l)[2], const int (&qi)[2], int n,
+                                           T* __restrict__ out, int q0, int nh, int h, int cq) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        float sum = l[i];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        if (qi[i] >= n) continue;
+        T* row = out + ((int64_t)(q0 + qi[i]) * nh + h) * D;
+        const float inv = 1.f / sum;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) {
+            row[dt * 8 + cq] = from_float<T>(o[dt][2 * i] * inv);
+            row[dt * 8 + cq + 1] = from_float<T>(o[dt][2 * i + 1] * inv);
+        }
+    }
+}
+
+// A block's query tile: the sequence's new tokens (n, from q0) and context L, its slice of
+// the block table, its KV head, and the keys its BM rows see.
+struct QueryTile {
+    int first_row, q0, n, L, kvh, bs_shift;
+    const int* table;
+
+    static __device__ __forceinline__ QueryTile of_block(int BM, const int* block_tables, int max_blocks,
+                                                         const int* seq_lens, const int* query_start_loc, int nh,
+                                                         int nkv, int bs) {
+        const int b = blockIdx.z, q0 = query_start_loc[b];
+        return {(int)(gridDim.y - 1 - blockIdx.y) * BM, q0, query_start_loc[b + 1] - q0, seq_lens[b],
+                (int)blockIdx.x / (nh / nkv), __ffs(bs) - 1,   // the host keeps bs a power of two
+                block_tables + (int64_t)b * max_blocks};
+    }
+    // Rows past n repeat row n - 1 (nothing is masked out entirely) and are not stored.
+    __device__ __forceinline__ int row_q(int qi) const { return min(qi, n - 1); }
+    __device__ __forceinline__ int last_key(int qi) const { return L - n + row_q(qi); }
+    __device__ __forceinline__ int visible_to_all() const { return L - n + first_row; }   // no row masks keys below
+    __device__ __forceinline__ int kv_end(int BM) const { return L - n + min(n, first_row + BM); }
+};
 
 template <typename T, int D, int MT, typename Op = typename Operand<T>::type>
 __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k_cache,
@@ -70,30 +193,27 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
                              const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc,
                              T* __restrict__ out, int nh, int nkv, int bs, float scale_log2) {
     constexpr int BM = ROWS_PER_M_TILE * MT;
+    using KVTile = Op[BN][D + PAD];
+    using Rows = PaddedRows<Op, D>;
     extern __shared__ __align__(16) unsigned char smem[];
-    KVTile<Op, D>* ks = reinterpret_cast<KVTile<Op, D>*>(smem);   // [2 stages]
-    KVTile<Op, D>* vs = ks + 2;
+    KVTile* ks = reinterpret_cast<KVTile*>(smem);   // [2 stages]
+    KVTile* vs = ks + 2;
 
-    const int h = blockIdx.x, tile = gridDim.y - 1 - blockIdx.y, b = blockIdx.z;
-    const int q0 = query_start_loc[b], n = query_start_loc[b + 1] - q0, L = seq_lens[b];
-    if (tile * BM >= n) return;
-    const int kvh = h / (nh / nkv), bs_shift = __ffs(bs) - 1;   // the host keeps bs a power of two
-    const int* table = block_tables + (int64_t)b * max_blocks;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const QueryTile qt = QueryTile::of_block(BM, block_tables, max_blocks, seq_lens, query_start_loc, nh, nkv, bs);
+    if (qt.first_row >= qt.n) return;
+    const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int r = lane / 4, cq = (lane % 4) * 2;  // fragment row / column pair of this lane
 
-    // This lane's query rows (two per m-tile) and the last key each sees. Rows past n
-    // repeat row n - 1 (nothing is masked out entirely) and are not stored.
+    // This lane's query rows (two per m-tile) and the last key each sees.
     int qi[MT][2], lim[MT][2];
     uint32_t qf[MT][D / 16][4];  // A fragments of Q, in registers for the whole loop
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-            qi[mt][i] = tile * BM + (warp * MT + mt) * 16 + r + 8 * i;
-            const int row_q = min(qi[mt][i], n - 1);
-            lim[mt][i] = L - n + row_q;
-            const T* row = q + (int64_t)(q0 + row_q) * q_stride + (int64_t)h * D;
+            qi[mt][i] = qt.first_row + (warp * MT + mt) * 16 + r + 8 * i;
+            lim[mt][i] = qt.last_key(qi[mt][i]);
+            const T* row = q + (int64_t)(qt.q0 + qt.row_q(qi[mt][i])) * q_stride + (int64_t)h * D;
 #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk) {
                 qf[mt][kk][i] = load2_as<Op>(row + kk * 16 + cq);
@@ -110,21 +230,21 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
         l[mt][0] = l[mt][1] = 0.f;
     }
 
-    const int visible_to_all = L - n + tile * BM;               // keys up to here: no row of the tile masks them
-    const int kv_end = L - n + min(n, (tile + 1) * BM);         // one past the tile's last visible key
-    const int kv_tiles = (kv_end + BN - 1) / BN;
-    load_kv_tile<T, Op, D>(ks[0], vs[0], k_cache, v_cache, table, bs_shift, nkv, kvh, 0, kv_end);
+    const int kv_end = qt.kv_end(BM), kv_tiles = (kv_end + BN - 1) / BN;
+    auto load = [&](int stage, int kv0) {
+        load_kv_tile<T, Op, D, Rows, THREADS>(ks[stage], vs[stage], k_cache, v_cache, qt.table, qt.bs_shift, nkv,
+                                              qt.kvh, kv0, kv_end);
+    };
+    load(0, 0);
     cp_async_commit();
     for (int t = 0; t < kv_tiles; ++t) {
         const int kv0 = t * BN, stage = t & 1;
-        if (t + 1 < kv_tiles)   // the other stage was last read before the previous iteration's final barrier
-            load_kv_tile<T, Op, D>(ks[stage ^ 1], vs[stage ^ 1], k_cache, v_cache, table, bs_shift, nkv, kvh,
-                                   kv0 + BN, kv_end);
+        if (t + 1 < kv_tiles) load(stage ^ 1, kv0 + BN);   // that stage was last read before the previous final barrier
         cp_async_commit();                  // (an empty group on the last tile keeps the count uniform)
         cp_async_wait<1>();                 // this thread's copies of tile t have landed ...
         __syncthreads();                    // ... and everyone's
-        const KVTile<Op, D>& kt = ks[stage];
-        const KVTile<Op, D>& vt = vs[stage];
+        const KVTile& kt = ks[stage];
+        const KVTile& vt = vs[stage];
 
         // S = Q K^T. One ldmatrix.x4 gives the B fragments of two 16-dim steps.
         float s[MT][BN / 8][4];
@@ -143,60 +263,16 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
                 }
             }
         }
+        const bool masked = kv0 + BN - 1 > qt.visible_to_all();
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) softmax_step<D>(s[mt], m[mt], l[mt], o[mt], lim[mt], kv0, cq, masked, scale_log2);
 
-        // Causal mask (tiles past the diagonal only) and online softmax, base 2.
-        // Element e of tile nt: row e / 2, key cq + e % 2.
-        const bool masked = kv0 + BN - 1 > visible_to_all;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            float mx[2] = {m[mt][0], m[mt][1]};
-#pragma unroll
-            for (int nt = 0; nt < BN / 8; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    float v = s[mt][nt][e] * scale_log2;
-                    if (masked && kv0 + nt * 8 + cq + (e & 1) > lim[mt][e / 2]) v = -INFINITY;
-                    s[mt][nt][e] = v;
-                    mx[e / 2] = fmaxf(mx[e / 2], v);
-                }
-            float base[2], corr[2];
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-                base[i] = mx[i] == -INFINITY ? 0.f : mx[i];  // no key seen yet: keep exp2 finite
-                corr[i] = exp2f(m[mt][i] - base[i]);
-                m[mt][i] = mx[i];
-                l[mt][i] *= corr[i];
-            }
-#pragma unroll
-            for (int nt = 0; nt < BN / 8; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    s[mt][nt][e] = exp2f(s[mt][nt][e] - base[e / 2]);
-                    l[mt][e / 2] += s[mt][nt][e];  // per-lane partial; summed over the quad at the end
-                }
-#pragma unroll
-            for (int dt = 0; dt < D / 8; ++dt) {
-                o[mt][dt][0] *= corr[0]; o[mt][dt][1] *= corr[0];
-                o[mt][dt][2] *= corr[1]; o[mt][dt][3] *= corr[1];
-            }
-        }
-
-        // O += P V: two adjacent S tiles form one A fragment (the accumulator layout
-        // matches); one ldmatrix.x4.trans gives the B fragments of two 8-dim tiles.
-        constexpr bool two_terms = std::is_same<Op, bf16>::value;
+        // O += P V: one ldmatrix.x4.trans gives the B fragments of two 8-dim tiles.
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) {
             uint32_t hi[MT][4], lo[MT][4];
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const float* p = s[mt][2 * kk + i / 2] + 2 * (i % 2);
-                    if constexpr (two_terms) split2<Op>(p[0], p[1], hi[mt][i], lo[mt][i]);
-                    else hi[mt][i] = pack2<Op>(p[0], p[1]);
-                }
+            for (int mt = 0; mt < MT; ++mt) p_operands<Op>(s[mt], kk, hi[mt], lo[mt]);
 #pragma unroll
             for (int d2 = 0; d2 < D / 16; ++d2) {
                 uint32_t vb[4];
@@ -205,7 +281,7 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
                 for (int mt = 0; mt < MT; ++mt) {
                     mma<Op>(o[mt][2 * d2], hi[mt], vb[0], vb[1]);
                     mma<Op>(o[mt][2 * d2 + 1], hi[mt], vb[2], vb[3]);
-                    if constexpr (two_terms) {
+                    if constexpr (two_terms<Op>) {
                         mma<Op>(o[mt][2 * d2], lo[mt], vb[0], vb[1]);
                         mma<Op>(o[mt][2 * d2 + 1], lo[mt], vb[2], vb[3]);
                     }
@@ -214,23 +290,96 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
         }
         __syncthreads();   // this stage is read: the next iteration may load into it
     }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) store_rows<T, D>(o[mt], l[mt], qi[mt], qt.n, out, qt.q0, nh, h, cq);
+}
 
+// The same with wgmma (sm_90a; elsewhere it traps, and the host does not launch it there).
+// Warpgroup w of the block owns query rows 64 w .. 64 w + 63; its warp owns 16 of them, so
+// a lane's rows, scores and outputs sit where they do in attn_prefill at MT = 1.
+template <typename T, int WG>
+__device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k_cache,
+                                   const T* __restrict__ v_cache, const int* __restrict__ block_tables,
+                                   int max_blocks, const int* __restrict__ seq_lens,
+                                   const int* __restrict__ query_start_loc, T* __restrict__ out, int nh, int nkv,
+                                   int bs, float scale_log2) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int D = 64, BM = 64 * WG, NTHREADS = 128 * WG, ROW = D * 2, TILE = BN * ROW, ALIGN = 1024;
+    static_assert(ROW == 128 && TILE % ALIGN == 0, "rows of 128 bytes, tiles 1024-byte aligned");
+    extern __shared__ unsigned char smem_unaligned[];
+    unsigned char* smem = smem_unaligned + (-smem_address(smem_unaligned) & (ALIGN - 1));
+    unsigned char* qs = smem;                                                 // [BM rows]
+    auto k_tile = [&](int stage) { return smem + BM * ROW + 2 * stage * TILE; };
+    auto v_tile = [&](int stage) { return k_tile(stage) + TILE; };
+
+    const QueryTile qt = QueryTile::of_block(BM, block_tables, max_blocks, seq_lens, query_start_loc, nh, nkv, bs);
+    if (qt.first_row >= qt.n) return;
+    const int h = blockIdx.x, wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+    const int r = lane / 4, cq = (lane % 4) * 2;
+
+    // Q's rows into shared memory, with tile 0 of K/V (one commit group).
+    for (int i = threadIdx.x; i < BM * D / 8; i += NTHREADS) {
+        const int row = i / (D / 8), c = i % (D / 8) * 8;
+        cp_async16(swizzled_128(qs, row, c * 2),
+                   q + (int64_t)(qt.q0 + qt.row_q(qt.first_row + row)) * q_stride + (int64_t)h * D + c, true);
+    }
+    const int kv_end = qt.kv_end(BM), kv_tiles = (kv_end + BN - 1) / BN;
+    auto load = [&](int stage, int kv0) {
+        load_kv_tile<T, T, D, SwizzledRows, NTHREADS>(k_tile(stage), v_tile(stage), k_cache, v_cache, qt.table,
+                                                      qt.bs_shift, nkv, qt.kvh, kv0, kv_end);
+    };
+    load(0, 0);
+    cp_async_commit();
+
+    int qi[2], lim[2];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int i = 0; i < 2; ++i) {
+        qi[i] = qt.first_row + wg * 64 + warp * 16 + r + 8 * i;
+        lim[i] = qt.last_key(qi[i]);
+    }
+    // Tile t's P V is waited for with tile t + 1's S = Q K^T, so it runs while the warpgroup
+    // waits for tile t + 1 and the block's barrier; tile t + 2's loads go into tile t's stage
+    // once every warpgroup has waited (the second barrier).
+    float o[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    uint32_t hi[BN / 16][4], lo[BN / 16][4];   // P as operands: read by the wgmmas until their wait
+    const uint64_t q_desc = tile_descriptor(qs + wg * 64 * ROW);
+    for (int t = 0; t < kv_tiles; ++t) {
+        const int kv0 = t * BN, stage = t & 1;
+        cp_async_wait<0>();       // this thread's copies of tile t have landed ...
+        fence_async_proxy();      // ... visible to the tensor cores ...
+        __syncthreads();          // ... and everyone's
+        const uint64_t k_desc = tile_descriptor(k_tile(stage)), v_desc = tile_descriptor(v_tile(stage));
+
+        float s[BN / 8][4];       // S = Q K^T: 4 steps of 16 dims (2 descriptor units of 16 bytes each)
+        wgmma_fence();
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            float sum = l[mt][i];
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            if (qi[mt][i] >= n) continue;
-            T* row = out + ((int64_t)(q0 + qi[mt][i]) * nh + h) * D;
-            const float inv = 1.f / sum;
+        for (int k16 = 0; k16 < D / 16; ++k16) Wgmma<T>::ss(s, q_desc + 2 * k16, k_desc + 2 * k16, k16 > 0);
+        wgmma_commit();
+        wgmma_wait<0>();          // S, and the previous tile's P V
+        fence_registers(s);
+        fence_registers(o);
+        __syncthreads();          // every warpgroup's previous P V is done: its stage may be refilled
+        if (t + 1 < kv_tiles) load(stage ^ 1, kv0 + BN);
+        cp_async_commit();
+        softmax_step<D>(s, m, l, o, lim, kv0, cq, kv0 + BN - 1 > qt.visible_to_all(), scale_log2);
+
+        // O += P V: P from registers; V's 16-key steps are 16 rows (2,048 bytes) apart.
 #pragma unroll
-            for (int dt = 0; dt < D / 8; ++dt) {
-                row[dt * 8 + cq] = from_float<T>(o[mt][dt][2 * i] * inv);
-                row[dt * 8 + cq + 1] = from_float<T>(o[mt][dt][2 * i + 1] * inv);
-            }
+        for (int kk = 0; kk < BN / 16; ++kk) p_operands<T>(s, kk, hi[kk], lo[kk]);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            Wgmma<T>::rs_mn(o, hi[kk], v_desc + kk * (16 * ROW >> 4));
+            if constexpr (two_terms<T>) Wgmma<T>::rs_mn(o, lo[kk], v_desc + kk * (16 * ROW >> 4));
         }
+        wgmma_commit();
+    }
+    wgmma_wait<0>();
+    fence_registers(o);
+    store_rows<T, D>(o, l, qi, qt.n, out, qt.q0, nh, h, cq);
+#else
+    __trap();
+#endif
 }
 
 // MT = 2 (128-row tiles) for long prompts at d = 64; MT = 1 (64 rows) for short queries and
@@ -246,3 +395,15 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
     }
 #define PREFILL_ALL(T, N) PREFILL(T, N, 64, 1) PREFILL(T, N, 64, 2) PREFILL(T, N, 128, 1)
 FOR_EACH_DTYPE(PREFILL_ALL)
+
+// wgmma: 128 registers a thread at most, so an SM holds 4 / WG blocks.
+#define PREFILL_WG(T, N, WG)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(128 * WG, 4 / WG) attn_prefill_wg_##N##_d64_m##WG(          \
+        const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, const int* block_tables,            \
+        int max_blocks, const int* seq_lens, const int* query_start_loc, T* out, int nh, int nkv, int bs,      \
+        float scale_log2) {                                                                                    \
+        pdl_start();                                                                                           \
+        attn_prefill_wgmma<T, WG>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens,           \
+                                  query_start_loc, out, nh, nkv, bs, scale_log2);                              \
+    }
+PREFILL_WG(bf16, bf16, 1) PREFILL_WG(bf16, bf16, 2) PREFILL_WG(f16, f16, 1) PREFILL_WG(f16, f16, 2)

@@ -39,7 +39,7 @@
 // Kernels: gemm_<dtype>_<BM>x<BN>x<STAGES>_k<SPLIT>, gemm_wg_<dtype>_64x<BN>x<STAGES>_k<SPLIT>.
 #include <cooperative_groups.h>
 
-#include "mma.cuh"
+#include "wgmma.cuh"
 
 namespace {
 constexpr int THREADS = 128, WARPS = 4, BK = 64, PAD = 8;  // PAD: against bank conflicts
@@ -53,12 +53,11 @@ struct PaddedTile {
         return &reinterpret_cast<TileRow<T>*>(tile)[r][c];
     }
 };
-// wgmma's 128-byte swizzle, K-major: a row of a chunk is 128 bytes, and its 16-byte piece p
-// lies at piece p ^ (r % 8), so the 8 rows a wgmma reads together fall in different banks.
+// wgmma's 128-byte swizzle (a K chunk's row of 16-bit values is 128 bytes).
 struct SwizzledTile {
     template <typename T> static __device__ __forceinline__ void* at(void* tile, int r, int c) {
-        const int piece = c * (int)sizeof(T) / 16;
-        return static_cast<unsigned char*>(tile) + r * BK * (int)sizeof(T) + ((piece ^ (r % 8)) << 4);
+        static_assert(BK * sizeof(T) == 128, "a swizzled row is 128 bytes");
+        return swizzled_128(tile, r, c * (int)sizeof(T));
     }
 };
 
@@ -201,56 +200,6 @@ __device__ void gemm(const T* __restrict__ x, const T* __restrict__ W, T* __rest
 // ---------------------------------------------------------------- wgmma (sm_90a)
 // Built for sm_90a only (cuda_build.arch_of); elsewhere the kernels trap, and the host
 // offers their tiles only on sm_90a.
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// A shared-memory matrix descriptor of a swizzled K-major tile: its 8-row groups (one
-// swizzle pattern, 1024 bytes) one after another; adding 2 to it steps 16 columns (32
-// bytes) along K inside the pattern.
-__device__ __forceinline__ uint64_t tile_descriptor(const void* tile) {
-    constexpr uint64_t GROUP_BYTES = 1024, SWIZZLE_128B = 1;
-    return (uint64_t)((smem_address(tile) & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | GROUP_BYTES >> 4 << 32 |
-           SWIZZLE_128B << 62;
-}
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int pending> __device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(pending) : "memory");
-}
-// The accumulators are read only after the wait: an empty asm that "writes" them keeps the
-// compiler from moving their reads above it.
-template <int N> __device__ __forceinline__ void fence_registers(float (&r)[N][4]) {
-#pragma unroll
-    for (int i = 0; i < N; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(r[i][j])::"memory");
-}
-// cp.async writes are generic-proxy writes; wgmma reads through the async proxy.
-__device__ __forceinline__ void fence_async_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-// d[64 x 64] += a[64 x 16] b[16 x 64] for the warpgroup: a, b descriptors of K-major tiles;
-// d is 8 fragments of 16 x 8 (this warp's 16 rows), as mma.sync lays them out.
-#define WGMMA_64x64x16(TYPE)                                                                                     \
-    asm volatile(                                                                                                \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                             \
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " "                                          \
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
-        "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"                       \
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),              \
-          "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),              \
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),              \
-          "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),              \
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),              \
-          "+f"(d[7][2]), "+f"(d[7][3])                                                                           \
-        : "l"(a), "l"(b), "r"(1))
-template <typename T> __device__ __forceinline__ void wgmma_64x64x16(float* acc, uint64_t a, uint64_t b);
-template <> __device__ __forceinline__ void wgmma_64x64x16<bf16>(float* acc, uint64_t a, uint64_t b) {
-    float(&d)[8][4] = *reinterpret_cast<float(*)[8][4]>(acc);
-    WGMMA_64x64x16("bf16");
-}
-template <> __device__ __forceinline__ void wgmma_64x64x16<f16>(float* acc, uint64_t a, uint64_t b) {
-    float(&d)[8][4] = *reinterpret_cast<float(*)[8][4]>(acc);
-    WGMMA_64x64x16("f16");
-}
-#endif
 
 // The pipeline of gemm() with wgmma: chunk c's multiplies run while the next chunks load,
 // and a slot is refilled once the wgmmas that read it are done (wait_group 1 leaves one
@@ -296,7 +245,8 @@ __device__ void gemm_wgmma(const T* __restrict__ x, const T* __restrict__ W, T* 
         for (int k16 = 0; k16 < BK / 16; ++k16)
 #pragma unroll
             for (int n64 = 0; n64 < BN / 64; ++n64)   // 64 rows of W are 8 KB further: 512 in 16-byte units
-                wgmma_64x64x16<T>(&acc[0][n64 * 8][0], a + 2 * k16, b + 2 * k16 + n64 * 512);
+                Wgmma<T>::ss(*reinterpret_cast<float(*)[8][4]>(&acc[0][n64 * 8]), a + 2 * k16,
+                             b + 2 * k16 + n64 * 512, 1);
         wgmma_commit();
         wgmma_wait<1>();
     }

@@ -19,6 +19,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
 # Tuning knobs of the cuda backend that a benchmark sweep sets from the environment.
 ENV_OVERRIDES = {"decode_slack": ("ROADGATE_DECODE_SLACK", float),
                  "prefill_m_tiles": ("ROADGATE_PREFILL_M_TILES", int),
+                 "prefill_wgmma": ("ROADGATE_PREFILL_WGMMA", lambda v: v not in ("", "0")),
                  "gemv_max_rows": ("ROADGATE_GEMV_MAX_ROWS", int),
                  "gemm_max_rows": ("ROADGATE_GEMM_MAX_ROWS", int),
                  "cuda_debug": ("ROADGATE_CUDA_DEBUG", lambda v: v not in ("", "0")),
@@ -49,6 +50,9 @@ class EngineConfig:
     # Query rows per warp of the prefill kernel, in 16-row m-tiles: 0 picks per step
     # (engine.ops.cuda_ops.CudaOps.prefill_m_tiles); 1 or 2 forces one (tests, sweeps).
     prefill_m_tiles: int = 0
+    # 16-bit prefill attention at head dim 64 on Hopper's warpgroup MMA (sm_90a), not mma.sync
+    # (cuda_src/attention_prefill.cu); off: mma.sync everywhere (A/B runs).
+    prefill_wgmma: bool = True
     # The gemv kernels take up to 8 rows but beat norm/activation + cuBLAS only up to
     # about 2 (benchmarks/kernel_bench.py: 1 row 12.6 vs 21.3 µs a layer, 4 rows 24.4 vs 21.9).
     gemv_max_rows: int = 2

@@ -113,10 +113,12 @@ class CudaOps(Ops):
         # The decode work list's chunk size (see plan_decode); benchmarks/kernel_bench.py sweeps it.
         self.decode_slack = config.decode_slack
         self.forced_m_tiles = config.prefill_m_tiles
+        arch = cuda_build.arch_of(major, minor)
+        self.prefill_wgmma = config.prefill_wgmma and arch == "sm_90a"
         self.gemv_max_rows = config.gemv_max_rows
         self.gemm_max_rows = config.gemm_max_rows
         try:
-            cubins = cuda_build.build_all(cuda_build.arch_of(major, minor))
+            cubins = cuda_build.build_all(arch)
         except RuntimeError as e:
             raise RuntimeError(f"CudaOps: compiling cuda_src failed: {e}") from e
         self.launcher = cuda_build.Launcher(torch.cuda.current_device(), debug=config.cuda_debug)
@@ -124,7 +126,7 @@ class CudaOps(Ops):
         self._k = {spec.key: mods[spec.source].kernel(spec.name, spec.signature) for spec in KERNELS}
         # The GEMM tiles this device runs (wgmma needs sm_90a's features), and the blocks an
         # SM holds of each (the f16 kernels are the bf16 ones' code): shared memory runs out.
-        self.gemm_tiles = [t for t in GEMM_TILES if t.unit == "mma" or cuda_build.arch_of(major, minor) == "sm_90a"]
+        self.gemm_tiles = [t for t in GEMM_TILES if t.unit == "mma" or arch == "sm_90a"]
         self._gemm_blocks = {tile: self._k["gemm", "bf16", tile].blocks_per_sm(128, _gemm_smem(tile))
                              for tile in self.gemm_tiles}
         # Decode attention's per-(sequence, KV head) split counters. Kernels leave them
@@ -334,8 +336,9 @@ class CudaOps(Ops):
         return out
 
     def prefill_m_tiles(self, meta, nh: int, d: int) -> int:
-        """16-row m-tiles per warp of the prefill kernel. Two (128-query tiles) reuse each K/V
-        fragment twice, but make half as many blocks: they are taken where the queries are
+        """The prefill tile's height in 64-row units: 16-row m-tiles per warp of the mma.sync
+        kernel, warpgroups of the wgmma one. Two (128-query tiles) reuse each K/V tile
+        twice, but make half as many blocks: they are taken where the queries are
         long enough to fill them and the blocks still fill every slot of the GPU twice over;
         a single long prompt is too few blocks, and its longest tile then sets the time."""
         if self.forced_m_tiles:
@@ -351,11 +354,17 @@ class CudaOps(Ops):
 
     def _prefill(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs):
         mt = self.prefill_m_tiles(meta, nh, d)
-        grid = (nh, math.ceil(meta.max_query_len / (_PREFILL_ROWS_PER_M_TILE * mt)), B)
-        self._k["prefill", dt, d, mt](grid, 128, q, q.stride(0), k_cache, v_cache, meta.block_tables,
-                                      meta.block_tables.shape[1], meta.seq_lens, meta.query_start_loc, out, nh,
-                                      nkv, bs, float(scale * math.log2(math.e)),
-                                      shared=2 * 2 * _PREFILL_KEYS * (d + _PREFILL_PAD) * 2)  # K, V; 2 stages
+        rows = _PREFILL_ROWS_PER_M_TILE * mt
+        grid = (nh, math.ceil(meta.max_query_len / rows), B)
+        args = (q, q.stride(0), k_cache, v_cache, meta.block_tables, meta.block_tables.shape[1], meta.seq_lens,
+                meta.query_start_loc, out, nh, nkv, bs, float(scale * math.log2(math.e)))
+        # The wgmma kernel copies q's rows into shared memory 16 bytes at a time: they must be aligned so.
+        if self.prefill_wgmma and dt != "f32" and d == 64 and q.stride(0) % 8 == 0 and q.data_ptr() % 16 == 0:
+            smem = (rows + 2 * 2 * _PREFILL_KEYS) * d * 2 + 1024    # Q, 2 stages of K and V; 1 KB alignment
+            self._k["prefill_wg", dt, d, mt](grid, 128 * mt, *args, shared=smem)
+        else:
+            self._k["prefill", dt, d, mt](grid, 128, *args,
+                                          shared=2 * 2 * _PREFILL_KEYS * (d + _PREFILL_PAD) * 2)  # K, V; 2 stages
 
     def plan_decode(self, meta, dt: str, nh: int, nkv: int, d: int) -> DecodeWorkList:
         """Launch plan_decode for the step of `meta`; its work list. The buffers are sized

@@ -16,6 +16,8 @@ HEAD_DIMS = (64, 128)
 DECODE_GROUPS = (1, 2, 3, 4, 8)   # query heads per KV head the decode kernel is built for (exactly)
 # (head dim, m-tiles of 16 query rows per warp) the prefill kernel is built for.
 PREFILL_SHAPES = ((64, 1), (64, 2), (128, 1))
+# Warpgroups a block (64 query rows each) the wgmma prefill kernel is built for: 16-bit, d = 64.
+PREFILL_WG_SHAPES = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,9 @@ def _specs() -> list[KernelSpec]:
             specs += [KernelSpec(("gemm", dt, tile), "gemm", tile.kernel_name(dt), "PPPiii") for tile in GEMM_TILES]
         specs += [KernelSpec(("prefill", dt, d, mt), "attention_prefill", f"attn_prefill_{dt}_d{d}_m{mt}",
                              "PlPPPiPPPiiif") for d, mt in PREFILL_SHAPES]
+        if dt != "f32":
+            specs += [KernelSpec(("prefill_wg", dt, 64, wg), "attention_prefill", f"attn_prefill_wg_{dt}_d64_m{wg}",
+                                 "PlPPPiPPPiiif") for wg in PREFILL_WG_SHAPES]
         for d in HEAD_DIMS:
             specs += [KernelSpec(("decode", dt, d, g), "attention_decode", f"attn_decode_{dt}_d{d}_g{g}",
                                  "PlPPPiPPPPPPiiifPPPPPPi") for g in DECODE_GROUPS]

@@ -458,17 +458,36 @@ def test_prefill_attention(ops, dtype, nh, nkv, d, query_lens, seq_lens):
     check_attention(ops, query_lens, seq_lens, nh, nkv, d, dtype)
 
 
-@pytest.fixture(scope="module", params=[1, 2])
+@pytest.fixture(scope="module", params=[(1, False), (2, False), (1, True), (2, True)],
+                ids=["mma-64", "mma-128", "wgmma-64", "wgmma-128"])
 def ops_prefill_shape(request, ops):
     from engine.ops.cuda_ops import CudaOps
-    return CudaOps(EngineConfig.from_env(model="", backend="cuda", prefill_m_tiles=request.param))
+    m_tiles, wgmma = request.param
+    if wgmma and not ops.prefill_wgmma:
+        pytest.skip("the wgmma prefill kernel needs an sm_90a GPU (H100/H200)")
+    return CudaOps(EngineConfig.from_env(model="", backend="cuda", prefill_m_tiles=m_tiles, prefill_wgmma=wgmma))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("query_lens,seq_lens", [([64, 65, 130, 1], [64, 65, 130, 300]), ([1000], [1300]),
-                                                 ([200, 3000, 50], [200, 3100, 2050])])
-def test_prefill_attention_at_both_tile_heights(ops_prefill_shape, dtype, query_lens, seq_lens):
-    check_attention(ops_prefill_shape, query_lens, seq_lens, 9, 3, 64, dtype)
+                                                 ([200, 3000, 50], [200, 3100, 2050]), ([5, 100, 17], [40, 1100, 17]),
+                                                 ([3, 64, 1], [500, 64, 77])])
+@pytest.mark.parametrize("nh,nkv", [(9, 3), (32, 8), (8, 4)])
+def test_prefill_attention_at_both_tile_heights(ops_prefill_shape, dtype, query_lens, seq_lens, nh, nkv):
+    check_attention(ops_prefill_shape, query_lens, seq_lens, nh, nkv, 64, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("bs", [8, 64])
+def test_prefill_attention_block_sizes(ops_prefill_shape, dtype, bs):
+    # A K/V tile of 64 keys is gathered row by row through the block table: blocks smaller
+    # and as large as the tile.
+    check_attention(ops_prefill_shape, [7, 130, 64], [7, 300, 1000], 9, 3, 64, dtype, bs)
+
+
+def test_prefill_runs_on_wgmma_on_hopper(ops):
+    # The default engine takes the wgmma kernel wherever it is built to run: an sm_90a GPU.
+    assert ops.prefill_wgmma == (torch.cuda.get_device_capability() == (9, 0))
 
 
 def test_prefill_takes_tall_tiles_only_when_they_fill_the_gpu(ops):

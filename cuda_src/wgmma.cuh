@@ -1,0 +1,78 @@
+// Hopper's warpgroup MMA (wgmma, sm_90a), shared by the kernels that use it: the 128-byte
+// swizzle their shared-memory tiles are stored in, the tiles' matrix descriptors, the async
+// proxy's fences and waits, and d[64 x 64] += a[64 x 16] b[16 x 64] with a in shared memory or
+// in registers. Everything but the swizzle is built for sm_90a only (cuda_build.arch_of):
+// callers guard their wgmma code with __CUDA_ARCH_FEAT_SM90_ALL.
+#pragma once
+#include "mma.cuh"
+
+// A tile of 128-byte rows (64 16-bit values) in wgmma's 128-byte swizzle: the 16-byte piece
+// p of row r lies at piece p ^ (r % 8), so the 8 rows a wgmma reads together fall in
+// different banks. Tiles start 1024-byte aligned (one swizzle pattern is 8 rows).
+__device__ __forceinline__ void* swizzled_128(void* tile, int r, int byte) {
+    return static_cast<unsigned char*>(tile) + r * 128 + (((byte >> 4) ^ (r % 8)) << 4);
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The shared-memory matrix descriptor of a swizzled tile: its 8-row groups (one swizzle
+// pattern, 1024 bytes) one after another. As a K-major operand (rows are M or N, 64 K values
+// a row) adding 2 steps 16 columns (32 bytes) along K inside the pattern; as an MN-major one
+// (rows are K, 64 M or N values a row) adding 128 steps 16 rows (2048 bytes) along K.
+__device__ __forceinline__ uint64_t tile_descriptor(const void* tile) {
+    constexpr uint64_t GROUP_BYTES = 1024, SWIZZLE_128B = 1;
+    return (uint64_t)((smem_address(tile) & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | GROUP_BYTES >> 4 << 32 |
+           SWIZZLE_128B << 62;
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int pending> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(pending) : "memory");
+}
+// The accumulators are read only after the wait: an empty asm that "writes" them keeps the
+// compiler from moving their reads above it.
+template <int N> __device__ __forceinline__ void fence_registers(float (&r)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(r[i][j])::"memory");
+}
+// cp.async writes are generic-proxy writes; wgmma reads through the async proxy.
+__device__ __forceinline__ void fence_async_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// The 64 x 64 fp32 accumulator: 8 fragments of 16 x 8 (this warp's 16 rows), as mma.sync
+// lays them out; operands %0 .. %31.
+#define WGMMA_D "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+                "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define WGMMA_ACC(d)                                                                                        \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), \
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]),           \
+        "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]),           \
+        "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),           \
+        "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+
+// Wgmma<Op>: the m64n64k16 multiplies with 16-bit operands of type Op, fp32 accumulation.
+//   ss(d, a, b, accumulate): d (+)= a b, a and b descriptors of K-major tiles; accumulate = 0
+//                            overwrites d.
+//   rs_mn(d, a, b):          d += a b, a this warp's 16 x 16 rows in registers (the mma.sync A
+//                            fragment), b the descriptor of an MN-major tile (K rows of N values).
+template <typename Op> struct Wgmma;
+#define WGMMA_OPS(OP, NAME)                                                                                    \
+    template <> struct Wgmma<OP> {                                                                             \
+        static __device__ __forceinline__ void ss(float (&d)[8][4], uint64_t a, uint64_t b, int accumulate) { \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                          \
+                         "wgmma.mma_async.sync.aligned.m64n64k16.f32." NAME "." NAME " " WGMMA_D              \
+                         ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                                     \
+                         : WGMMA_ACC(d)                                                                        \
+                         : "l"(a), "l"(b), "r"(accumulate));                                                   \
+        }                                                                                                      \
+        static __device__ __forceinline__ void rs_mn(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {  \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                            \
+                         "wgmma.mma_async.sync.aligned.m64n64k16.f32." NAME "." NAME " " WGMMA_D              \
+                         ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                       \
+                         : WGMMA_ACC(d)                                                                        \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));                                \
+        }                                                                                                      \
+    };
+WGMMA_OPS(bf16, "bf16")
+WGMMA_OPS(f16, "f16")
+#endif
