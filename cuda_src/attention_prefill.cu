@@ -338,8 +338,8 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
         lim[i] = qt.last_key(qi[i]);
     }
     // Tile t's P V is waited for with tile t + 1's S = Q K^T, so it runs while the warpgroup
-    // waits for tile t + 1 and the block's barrier; tile t + 2's loads go into tile t's stage
-    // once every warpgroup has waited (the second barrier).
+    // waits for tile t + 1 and the block's barrier. Tile t + 1's loads go into the stage of
+    // tile t - 1 once every warpgroup has waited for that tile's P V (the second barrier).
     float o[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     uint32_t hi[BN / 16][4], lo[BN / 16][4];   // P as operands: read by the wgmmas until their wait
     const uint64_t q_desc = tile_descriptor(qs + wg * 64 * ROW);
