@@ -53,14 +53,11 @@ __device__ __forceinline__ float exp2_ftz(float x) {
     return r;
 }
 
-// Where row r, column c of a K/V tile lies: padded rows (mma.sync) or the swizzle (wgmma).
-template <typename Op, int D> struct PaddedRows {
-    static __device__ __forceinline__ void* at(void* tile, int r, int c) {
+// Padded K/V rows (mma.sync), the other layout of load_kv_tile beside wgmma's SwizzledRows.
+template <int D> struct PaddedRows {
+    template <typename Op> static __device__ __forceinline__ void* at(void* tile, int r, int c) {
         return &reinterpret_cast<Op(*)[D + PAD]>(tile)[r][c];
     }
-};
-struct SwizzledRows {
-    static __device__ __forceinline__ void* at(void* tile, int r, int c) { return swizzled_128(tile, r, c * 2); }
 };
 
 // Starts copying the K and V rows kv0 .. kv0 + BN of KV head kvh into shared memory;
@@ -74,16 +71,16 @@ __device__ __forceinline__ void load_kv_tile(void* ks, void* vs, const T* k_cach
         const int64_t slot = valid ? ((int64_t)table[j >> bs_shift] << bs_shift) + (j & ((1 << bs_shift) - 1)) : 0;
         const int64_t off = (slot * nkv + kvh) * D + c;
         if constexpr (sizeof(T) == 2) {   // stored as the operand type: copied as it is
-            cp_async16(Layout::at(ks, row, c), k_cache + off, valid);
-            cp_async16(Layout::at(vs, row, c), v_cache + off, valid);
+            cp_async16(Layout::template at<Op>(ks, row, c), k_cache + off, valid);
+            cp_async16(Layout::template at<Op>(vs, row, c), v_cache + off, valid);
         } else {                          // float: converted on the way, through registers
             uint4 kw = make_uint4(0, 0, 0, 0), vw = kw;
             if (valid) {
                 kw = load8_as<Op>(k_cache + off);
                 vw = load8_as<Op>(v_cache + off);
             }
-            *reinterpret_cast<uint4*>(Layout::at(ks, row, c)) = kw;
-            *reinterpret_cast<uint4*>(Layout::at(vs, row, c)) = vw;
+            *reinterpret_cast<uint4*>(Layout::template at<Op>(ks, row, c)) = kw;
+            *reinterpret_cast<uint4*>(Layout::template at<Op>(vs, row, c)) = vw;
         }
     }
 }
@@ -194,7 +191,7 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
                              T* __restrict__ out, int nh, int nkv, int bs, float scale_log2) {
     constexpr int BM = ROWS_PER_M_TILE * MT;
     using KVTile = Op[BN][D + PAD];
-    using Rows = PaddedRows<Op, D>;
+    using Rows = PaddedRows<D>;
     extern __shared__ __align__(16) unsigned char smem[];
     KVTile* ks = reinterpret_cast<KVTile*>(smem);   // [2 stages]
     KVTile* vs = ks + 2;

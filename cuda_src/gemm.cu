@@ -44,6 +44,7 @@
 namespace {
 constexpr int THREADS = 128, WARPS = 4, BK = 64, PAD = 8;  // PAD: against bank conflicts
 }
+static_assert(BK == 64, "a K chunk of 16-bit values is one swizzled row (SwizzledRows)");
 
 template <typename T> using TileRow = T[BK + PAD];
 
@@ -53,14 +54,6 @@ struct PaddedTile {
         return &reinterpret_cast<TileRow<T>*>(tile)[r][c];
     }
 };
-// wgmma's 128-byte swizzle (a K chunk's row of 16-bit values is 128 bytes).
-struct SwizzledTile {
-    template <typename T> static __device__ __forceinline__ void* at(void* tile, int r, int c) {
-        static_assert(BK * sizeof(T) == 128, "a swizzled row is 128 bytes");
-        return swizzled_128(tile, r, c * (int)sizeof(T));
-    }
-};
-
 // Starts copying rows r0 .. r0 + ROWS of a [rows, K] matrix, columns k0 .. k0 + BK, into
 // `tile`; rows at or past `rows` become zeros.
 template <typename Layout, typename T, int ROWS>
@@ -220,11 +213,11 @@ __device__ void gemm_wgmma(const T* __restrict__ x, const T* __restrict__ W, T* 
 
     if (threadIdx.x == 0) prefetch_l2(W + (int64_t)n0 * K, min(BN, N - n0) * K * (int)sizeof(T));
     for (int s = 0; s < STAGES - 2; ++s)
-        if (s < k.chunks) load_tile<SwizzledTile, T, BN>(w_tile(s), W, N, K, n0, k.first + s * BK);
+        if (s < k.chunks) load_tile<SwizzledRows, T, BN>(w_tile(s), W, N, K, n0, k.first + s * BK);
     cp_async_commit();
     pdl_start();
     for (int s = 0; s < STAGES - 2; ++s) {
-        if (s < k.chunks) load_tile<SwizzledTile, T, BM>(x_tile(s), x, M, K, m0, k.first + s * BK);
+        if (s < k.chunks) load_tile<SwizzledRows, T, BM>(x_tile(s), x, M, K, m0, k.first + s * BK);
         cp_async_commit();
     }
 
@@ -235,8 +228,8 @@ __device__ void gemm_wgmma(const T* __restrict__ x, const T* __restrict__ W, T* 
         __syncthreads();               // ... everyone's; and chunk c - 2's wgmmas are done
         const int next = c + STAGES - 2;
         if (next < k.chunks) {
-            load_tile<SwizzledTile, T, BM>(x_tile(next % STAGES), x, M, K, m0, k.first + next * BK);
-            load_tile<SwizzledTile, T, BN>(w_tile(next % STAGES), W, N, K, n0, k.first + next * BK);
+            load_tile<SwizzledRows, T, BM>(x_tile(next % STAGES), x, M, K, m0, k.first + next * BK);
+            load_tile<SwizzledRows, T, BN>(w_tile(next % STAGES), W, N, K, n0, k.first + next * BK);
         }
         cp_async_commit();
         const uint64_t a = tile_descriptor(x_tile(c % STAGES)), b = tile_descriptor(w_tile(c % STAGES));

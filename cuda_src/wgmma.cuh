@@ -13,6 +13,14 @@ __device__ __forceinline__ void* swizzled_128(void* tile, int r, int byte) {
     return static_cast<unsigned char*>(tile) + r * 128 + (((byte >> 4) ^ (r % 8)) << 4);
 }
 
+// The loaders' layout argument for such tiles: where row r, column c of 16-bit values lies.
+struct SwizzledRows {
+    template <typename T> static __device__ __forceinline__ void* at(void* tile, int r, int c) {
+        static_assert(sizeof(T) == 2, "a swizzled row is 64 16-bit values");
+        return swizzled_128(tile, r, c * 2);
+    }
+};
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // The shared-memory matrix descriptor of a swizzled tile: its 8-row groups (one swizzle
 // pattern, 1024 bytes) one after another. As a K-major operand (rows are M or N, 64 K values
