@@ -57,6 +57,9 @@ def main() -> None:
     ap.add_argument("--context", type=context_range, default=(1024, 1024),
                     help="cached tokens a row: N, or LO-HI for lengths drawn uniformly per row")
     ap.add_argument("--layouts", type=int, default=4, help="distinct block layouts to rotate over")
+    ap.add_argument("--max-model-len", type=int, default=None,
+                    help="the engine's max_model_len, which sizes the step's graph (default: what the "
+                         "layouts' KV blocks hold; the engine's own default is the model's context)")
     ap.add_argument("--no-store", action="store_true", help="print only; record nothing in the results store")
     ap.add_argument("--profile", action="store_true", help="also print the step's time by kernel")
     args = ap.parse_args()
@@ -66,8 +69,9 @@ def main() -> None:
     label = f"{lo}" if lo == hi else f"{lo}-{hi}"
     ctx = torch.randint(lo, hi + 1, (B,), generator=torch.Generator().manual_seed(0)).cuda()
     blocks_per_row = math.ceil((hi + 1) / bs)
-    llm = LLM(args.model, backend="cuda", max_num_seqs=B,
-              kv_cache_tokens=args.layouts * B * blocks_per_row * bs)
+    kv_tokens = args.layouts * B * blocks_per_row * bs
+    llm = LLM(args.model, backend="cuda", max_num_seqs=B, max_model_len=args.max_model_len,
+              kv_cache_tokens=max(kv_tokens, args.max_model_len or 0))
     graphs, inputs = llm.runner.graphs, llm.runner.inputs.views
     bucket = graphs.bucket_for(B)
     g = graphs.graph(bucket, greedy=True)

@@ -29,6 +29,7 @@
 // (every launch leaves them zero); prefetch_rows: rows whose cached K/V it fetches into
 // L2 before it waits for the kernel before it (0: none; see prefetch_cached_kv).
 #include "common.cuh"
+#include "mma.cuh"
 
 namespace {
 constexpr int THREADS = 128, DIM_LANES = 8, KEY_LANES = THREADS / DIM_LANES;
@@ -159,6 +160,33 @@ __device__ __forceinline__ void load_rows(Row<T, DPT> (&rows)[N], const T* cache
     }
 }
 
+// Where a chunk's K or V rows come from. The work list's items read the paged cache
+// (`blocks`: the chunk's slice of the block table, in shared memory, from block `first`);
+// attn_decode_few reads the copy it made in shared memory ([keys][D] from key `start`).
+template <typename T, int D> struct PagedRows {
+    const T* cache;
+    const int* blocks;
+    int first, bs_shift, nkv, kvh;
+    template <int DPT, int N>
+    __device__ __forceinline__ void load(Row<T, DPT> (&rows)[N], int jb, int end, int d0) const {
+        load_rows<T, D, DPT, N>(rows, cache, blocks, first, bs_shift, nkv, kvh, jb, end, d0);
+    }
+};
+template <typename T, int D> struct StagedRows {
+    const T* rows;
+    int start;
+    template <int DPT, int N>
+    __device__ __forceinline__ void load(Row<T, DPT> (&out)[N], int jb, int end, int d0) const {
+        const uint4* p = reinterpret_cast<const uint4*>(rows + (int64_t)(jb - start) * D + d0);
+#pragma unroll
+        for (int u = 0; u < N; ++u) {
+#pragma unroll
+            for (int w = 0; w < DPT * (int)sizeof(T) / 16; ++w)
+                out[u].w[w] = jb + u < end ? p[u * D * (int)sizeof(T) / 16 + w] : make_uint4(0, 0, 0, 0);
+        }
+    }
+};
+
 // Heads per KV head, padded to a power of two for fold_heads.
 __host__ __device__ constexpr int padded_heads(int g) { return g <= 1 ? 1 : g <= 2 ? 2 : g <= 4 ? 4 : 8; }
 
@@ -213,10 +241,14 @@ __device__ __forceinline__ void store_split(float o, float m, float l, int dim, 
 // Called for every chunk of a sequence split `used` ways once its partials are stored
 // (workspace rows first_split ..): the last of the (sequence, KV head) to arrive rescales
 // them all to the common max, writes the output, and resets the counter for the next
-// launch (or graph replay).
+// launch (or graph replay). A thread takes two dims of one head and reads 8 splits' partials
+// at a time before it uses any, with a running max: one round trip to L2 per 8 splits,
+// where loops that used each load as it came took one per split (the combine was most of a
+// batch-1 decode's attention time after its loads had moved, session 24).
 template <typename T, int D, int G>
 __device__ void combine_splits(int kvh, int b, int tok, int used, int first_split, int nh, int nkv, T* out,
                                const float* part_o, const float2* part_ml, int* split_counters, bool& last_split) {
+    constexpr int BATCH = 8;
     __threadfence();                               // this block's partials reach L2 before its count does
     __syncthreads();
     int* counter = split_counters + (int64_t)b * nkv + kvh;
@@ -224,20 +256,32 @@ __device__ void combine_splits(int kvh, int b, int tok, int used, int first_spli
     __syncthreads();
     if (!last_split) return;
     __threadfence();
-    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
-        const int dim = i % D, h = kvh * G + i / D;
-        // __ldcg: other blocks' partials, read from L2 (L1 is not coherent across SMs).
-        float m = -INFINITY;
-        for (int s = 0; s < used; ++s) m = fmaxf(m, __ldcg(&part_ml[(int64_t)(first_split + s) * nh + h]).x);
-        float o = 0.f, l = 0.f;
-        for (int s = 0; s < used; ++s) {
-            const int64_t ws = (int64_t)(first_split + s) * nh + h;
-            const float2 ml = __ldcg(&part_ml[ws]);
-            const float w = __expf(ml.x - m);
-            o += w * __ldcg(&part_o[ws * D + dim]);
-            l += w * ml.y;
+    for (int i = threadIdx.x; i < G * D / 2; i += blockDim.x) {
+        const int dim = 2 * i % D, h = kvh * G + 2 * i / D;
+        float m = -INFINITY, l = 0.f;
+        float2 o = make_float2(0.f, 0.f);
+        for (int s0 = 0; s0 < used; s0 += BATCH) {
+            float2 ml[BATCH], po[BATCH];
+            // __ldcg: other blocks' partials, read from L2 (L1 is not coherent across SMs).
+            // Past `used`, a split of weight 0 (s0 < used: the first of a batch is real).
+#pragma unroll
+            for (int k = 0; k < BATCH; ++k) {
+                const int64_t ws = (int64_t)(first_split + s0 + k) * nh + h;
+                const bool real = s0 + k < used;
+                ml[k] = real ? __ldcg(&part_ml[ws]) : make_float2(-INFINITY, 0.f);
+                po[k] = real ? __ldcg(reinterpret_cast<const float2*>(&part_o[ws * D + dim])) : make_float2(0.f, 0.f);
+            }
+#pragma unroll
+            for (int k = 0; k < BATCH; ++k) {
+                const float m_new = fmaxf(m, ml[k].x), keep = __expf(m - m_new), w = __expf(ml[k].x - m_new);
+                l = l * keep + w * ml[k].y;
+                o = make_float2(o.x * keep + w * po[k].x, o.y * keep + w * po[k].y);
+                m = m_new;
+            }
         }
-        out[((int64_t)tok * nh + h) * D + dim] = from_float<T>(o / l);
+        T* dst = out + ((int64_t)tok * nh + h) * D + dim;
+        dst[0] = from_float<T>(o.x / l);
+        dst[1] = from_float<T>(o.y / l);
     }
     if (threadIdx.x == 0) *counter = 0;
 }
@@ -248,10 +292,11 @@ __device__ void combine_splits(int kvh, int b, int tok, int used, int first_spli
 // the cache, before pass 1 reads that row: no other block reads it, and the barrier
 // after this makes the writes visible within the block. Values are rounded to T as
 // rope_and_cache stores them, so the result equals rope_and_cache + attention.
+// new_kv (optional): where the new k and v rows go in shared memory as well.
 template <typename T, int D, int G>
 __device__ __forceinline__ void rope_inputs(const T* row, int kvh, int nh, int nkv, const float* cs, int64_t slot,
                                             bool writes_new_kv, T* k_cache, T* v_cache, float (&qs)[G][D],
-                                            float scale) {
+                                            float scale, T* new_k = nullptr, T* new_v = nullptr) {
     constexpr int H = D / 2;
     const int heads = writes_new_kv ? G + 1 : G;   // head G: the new k
     for (int i = threadIdx.x; i < heads * H; i += THREADS) {
@@ -263,59 +308,66 @@ __device__ __forceinline__ void rope_inputs(const T* row, int kvh, int nh, int n
             T* kc = k_cache + (slot * nkv + kvh) * D;
             kc[j] = o1;
             kc[j + H] = o2;
+            if (new_k) {
+                new_k[j] = o1;
+                new_k[j + H] = o2;
+            }
         } else {
             qs[g][j] = to_float(o1) * scale;
             qs[g][j + H] = to_float(o2) * scale;
         }
     }
     if (writes_new_kv)
-        for (int j = threadIdx.x; j < D; j += THREADS) v_cache[(slot * nkv + kvh) * D + j] = row[(nh + nkv + kvh) * D + j];
+        for (int j = threadIdx.x; j < D; j += THREADS) {
+            const T v = row[(nh + nkv + kvh) * D + j];
+            v_cache[(slot * nkv + kvh) * D + j] = v;
+            if (new_v) new_v[j] = v;
+        }
 }
 
-// One work item: chunk `split` of sequence b, KV head kvh (row_plan[b]: keys per chunk, and
-// the row's first workspace split, where its partials go). It claims the block's next item
-// (into `next`) while it reads its last V rows: the atomic's round trip to L2 then overlaps
-// them instead of delaying the next item's first loads. No earlier: a block busy with a
-// long item would take work that an idle block should get.
+// The G queries of KV head kvh for token `tok`, pre-scaled, into qs: q's rows as they are,
+// or with cos_sin given, rotated from the packed q|k|v row by rope_inputs, which also writes
+// the new k and v into the cache where this block holds the row's last key (`holds_new`)
+// and the token has a slot (new_k, new_v: see rope_inputs). Returns whether it wrote them.
 template <typename T, int D, int G>
-__device__ void decode_item(const T* __restrict__ q, int64_t q_stride, T* k_cache, T* v_cache,
-                            const int* __restrict__ block_tables, int max_blocks,
-                            const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc,
-                            T* __restrict__ out, float* __restrict__ part_o, float2* __restrict__ part_ml,
-                            int* __restrict__ split_counters, int nh, int nkv, int bs, float scale,
-                            const int64_t* __restrict__ positions, const float* __restrict__ cos_sin,
-                            const int64_t* __restrict__ slots, const int2* __restrict__ row_plan, int b, int kvh,
-                            int split, int* queue, int& next) {
+__device__ __forceinline__ bool load_queries(const T* q, int64_t q_stride, int tok, int kvh, int nh, int nkv,
+                                             const int64_t* positions, const float* cos_sin, const int64_t* slots,
+                                             bool holds_new, T* k_cache, T* v_cache, float (&qs)[G][D], float scale,
+                                             T* new_k = nullptr, T* new_v = nullptr) {
+    if (cos_sin) {   // the caches are not __restrict__/const: this block may write the row it then reads
+        const int64_t slot = slots[tok];
+        rope_inputs<T, D, G>(q + tok * q_stride, kvh, nh, nkv, cos_sin + positions[tok] * D, slot,
+                             holds_new && slot >= 0, k_cache, v_cache, qs, scale, new_k, new_v);
+        return holds_new && slot >= 0;
+    }
+    for (int i = threadIdx.x; i < G * D; i += THREADS)
+        qs[i / D][i % D] = to_float(q[tok * q_stride + (int64_t)(kvh * G) * D + i]) * scale;
+    return false;
+}
+
+// Attention of one chunk, keys [start, end) of token `tok`'s sequence for the G query heads
+// of KV head kvh (qs: the rotated, pre-scaled queries in shared memory; `scores`: G x chunk
+// floats of shared memory), from the K and V row sources given. 128 threads = 16 key lanes
+// x 8 dim lanes; each key's d-vector is spread over 8 threads in 16-byte pieces, and a key
+// lane takes N consecutive keys a step.
+//   pass 1: scores q.k -> shared memory, the query in registers and the G partial dots
+//           summed over the 8 dim lanes together (fold_heads);
+//   softmax statistics per head from shared memory;
+//   pass 2: p-weighted sum of V rows, reduced over the 16 key lanes.
+// The result goes out through store_split (workspace row ws_split when the sequence has
+// `used` > 1 chunks). on_last_v_rows() runs on thread 0 as it issues the chunk's last V loads.
+template <typename T, int D, int G, typename KRows, typename VRows, typename OnLastVRows>
+__device__ __forceinline__ void attend_chunk(const float (&qs)[G][D], float* scores, const KRows& k_rows,
+                                             const VRows& v_rows, int start, int end, int chunk, int used, int tok,
+                                             int kvh, int ws_split, int nh, T* __restrict__ out,
+                                             float* __restrict__ part_o, float2* __restrict__ part_ml,
+                                             OnLastVRows on_last_v_rows) {
     constexpr int DPT = D / DIM_LANES;
-    extern __shared__ float scores[];              // [G][chunk]
-    __shared__ __align__(16) float qs[G][D];       // pre-scaled queries
     __shared__ float red[THREADS / 32][G][D];      // cross-warp reduction of pass 2
     __shared__ float stat_m[G], stat_l[G];
-    __shared__ int blocks[MAX_SPLIT_BLOCKS];       // the chunk's block-table slice
-    __shared__ bool last_split;
-
-    const int L = seq_lens[b];
-    const int2 plan = row_plan[b];
-    const int chunk = plan.x, first_split = plan.y;
-    const int start = split * chunk, end = min(L, start + chunk);
-    const int used = (L + chunk - 1) / chunk;      // chunks of this sequence
-    const int tok = query_start_loc[b];
-    const int* table = block_tables + (int64_t)b * max_blocks;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int key_lane = tid / DIM_LANES, lane8 = tid % DIM_LANES, d0 = lane8 * DPT;
     constexpr int P = padded_heads(G), LOG2_P = P == 8 ? 3 : P == 4 ? 2 : P == 2 ? 1 : 0;
-
-    if (cos_sin)   // the caches are not __restrict__/const: this block may write the row it then reads
-        rope_inputs<T, D, G>(q + tok * q_stride, kvh, nh, nkv, cos_sin + positions[tok] * D, slots[tok],
-                             end == L && slots[tok] >= 0, k_cache, v_cache, qs, scale);
-    else
-        for (int i = tid; i < G * D; i += THREADS)
-            qs[i / D][i % D] = to_float(q[tok * q_stride + (int64_t)(kvh * G) * D + i]) * scale;
-    // Row addresses then need no dependent global load of the block table.
-    const int bs_shift = __ffs(bs) - 1;            // the host keeps bs a power of two: no divisions per row
-    const int first = start >> bs_shift;
-    for (int i = tid; i <= ((end - 1) >> bs_shift) - first; i += THREADS) blocks[i] = table[first + i];
-    __syncthreads();
 
     // Pass 1: scores. This thread's query dims live in registers: shared-memory reads
     // per key were the rest of pass 1's MIO traffic.
@@ -332,7 +384,7 @@ __device__ void decode_item(const T* __restrict__ q, int64_t q_stride, T* k_cach
     for (int j0 = start; j0 < end; j0 += KEY_LANES * N) {
         const int jb = j0 + key_lane * N;
         Row<T, DPT> rows[N];
-        load_rows<T, D, DPT, N>(rows, k_cache, blocks, first, bs_shift, nkv, kvh, jb, end, d0);
+        k_rows.load(rows, jb, end, d0);
 #pragma unroll
         for (int u = 0; u < N; ++u) {
             float row[DPT];
@@ -381,10 +433,10 @@ __device__ void decode_item(const T* __restrict__ q, int64_t q_stride, T* k_cach
         for (int c = 0; c < DPT; ++c) acc[g][c] = 0.f;
     for (int j0 = start; j0 < end; j0 += KEY_LANES * N) {
         const int jb = j0 + key_lane * N;
-        if (tid == 0 && j0 + KEY_LANES * N >= end) next = atomicAdd(&queue[0], 1);   // the last V rows: claim
+        if (tid == 0 && j0 + KEY_LANES * N >= end) on_last_v_rows();
         if (jb >= end) continue;
         Row<T, DPT> rows[N];
-        load_rows<T, D, DPT, N>(rows, v_cache, blocks, first, bs_shift, nkv, kvh, jb, end, d0);
+        v_rows.load(rows, jb, end, d0);
         // The weights of 2 consecutive keys in one 8-byte read (jb - start and chunk
         // are even, so the read stays in the head's row).
 #pragma unroll
@@ -422,9 +474,49 @@ __device__ void decode_item(const T* __restrict__ q, int64_t q_stride, T* k_cach
         float o = 0.f;
 #pragma unroll
         for (int w = 0; w < THREADS / 32; ++w) o += red[w][g][dim];
-        store_split<T, D>(o, stat_m[g], stat_l[g], dim, used, tok, kvh * G + g, first_split + split, nh, out,
-                          part_o, part_ml);
+        store_split<T, D>(o, stat_m[g], stat_l[g], dim, used, tok, kvh * G + g, ws_split, nh, out, part_o, part_ml);
     }
+}
+
+// One work item: chunk `split` of sequence b, KV head kvh (row_plan[b]: keys per chunk, and
+// the row's first workspace split, where its partials go). It claims the block's next item
+// (into `next`) while it reads its last V rows: the atomic's round trip to L2 then overlaps
+// them instead of delaying the next item's first loads. No earlier: a block busy with a
+// long item would take work that an idle block should get.
+template <typename T, int D, int G>
+__device__ void decode_item(const T* __restrict__ q, int64_t q_stride, T* k_cache, T* v_cache,
+                            const int* __restrict__ block_tables, int max_blocks,
+                            const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc,
+                            T* __restrict__ out, float* __restrict__ part_o, float2* __restrict__ part_ml,
+                            int* __restrict__ split_counters, int nh, int nkv, int bs, float scale,
+                            const int64_t* __restrict__ positions, const float* __restrict__ cos_sin,
+                            const int64_t* __restrict__ slots, const int2* __restrict__ row_plan, int b, int kvh,
+                            int split, int* queue, int& next) {
+    extern __shared__ float scores[];              // [G][chunk]
+    __shared__ __align__(16) float qs[G][D];       // pre-scaled queries
+    __shared__ int blocks[MAX_SPLIT_BLOCKS];       // the chunk's block-table slice
+    __shared__ bool last_split;
+
+    const int L = seq_lens[b];
+    const int2 plan = row_plan[b];
+    const int chunk = plan.x, first_split = plan.y;
+    const int start = split * chunk, end = min(L, start + chunk);
+    const int used = (L + chunk - 1) / chunk;      // chunks of this sequence
+    const int tok = query_start_loc[b];
+    const int* table = block_tables + (int64_t)b * max_blocks;
+    const int tid = threadIdx.x;
+    load_queries<T, D, G>(q, q_stride, tok, kvh, nh, nkv, positions, cos_sin, slots, end == L, k_cache, v_cache, qs,
+                          scale);
+    // Row addresses then need no dependent global load of the block table.
+    const int bs_shift = __ffs(bs) - 1;            // the host keeps bs a power of two: no divisions per row
+    const int first = start >> bs_shift;
+    for (int i = tid; i <= ((end - 1) >> bs_shift) - first; i += THREADS) blocks[i] = table[first + i];
+    __syncthreads();
+
+    attend_chunk<T, D, G>(qs, scores, PagedRows<T, D>{k_cache, blocks, first, bs_shift, nkv, kvh},
+                          PagedRows<T, D>{v_cache, blocks, first, bs_shift, nkv, kvh}, start, end, chunk, used, tok,
+                          kvh, first_split + split, nh, out, part_o, part_ml,
+                          [&] { next = atomicAdd(&queue[0], 1); });   // the last V rows: claim
     if (used > 1)
         combine_splits<T, D, G>(kvh, b, tok, used, first_split, nh, nkv, out, part_o, part_ml, split_counters,
                                 last_split);
@@ -479,6 +571,69 @@ __device__ void attn_decode(const T* q, int64_t q_stride, T* k_cache, T* v_cache
     }
 }
 
+// Decode attention for a batch of a few rows, where a step is latency-bound: no work list.
+// The grid is (splits, nkv, B): block (s, kvh, b) takes chunk s of row b's keys for KV head
+// kvh, the rows cut into chunks of `chunk` keys (a multiple of CHUNK_ALIGN; the host sizes
+// the shared memory for them). The host gives enough splits for the longest row it may see; the splits
+// past a row's end exit at once. Before pdl_start, a block copies
+// its chunk's cached K and V rows into shared memory: the lengths and block tables are the
+// step's uploaded inputs, and those rows were written by earlier steps. Only the new token's
+// row is the kernel before's (or this kernel's, with RoPE fused), so after the wait a block
+// reads q (and that row), computes and combines: the loads that make a work-list item a chain
+// of round trips (the queue, the item, its plan, the block table, K, V) are all behind it.
+// Launch: grid (splits, nkv, B), block 128, dynamic smem chunk x (2 D sizeof(T) + 4 G)
+// bytes; split_counters as attn_decode's; part_o / part_ml hold B * splits workspace rows.
+template <typename T, int D, int G>
+__device__ void attn_decode_few(const T* __restrict__ q, int64_t q_stride, T* k_cache, T* v_cache,
+                                const int* __restrict__ block_tables, int max_blocks,
+                                const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc,
+                                T* __restrict__ out, float* __restrict__ part_o, float2* __restrict__ part_ml,
+                                int* __restrict__ split_counters, int nh, int nkv, int bs, float scale,
+                                const int64_t* __restrict__ positions, const float* __restrict__ cos_sin,
+                                const int64_t* __restrict__ slots, int chunk) {
+    constexpr int PIECES = D * (int)sizeof(T) / 16, PIECE = 16 / (int)sizeof(T);   // 16-byte pieces of a row
+    extern __shared__ __align__(16) unsigned char few_smem[];
+    T* ks = reinterpret_cast<T*>(few_smem);                         // [chunk][D] from key `start`
+    T* vs = ks + chunk * D;                                         // [chunk][D]
+    float* scores = reinterpret_cast<float*>(vs + chunk * D);       // [G][chunk]
+    __shared__ __align__(16) float qs[G][D];
+    __shared__ bool last_split;
+
+    const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z, splits = gridDim.x;
+    const int L = seq_lens[b];
+    const int start = split * chunk;
+    if (start >= L) return;
+    const int end = min(L, start + chunk), used = (L + chunk - 1) / chunk;
+    const int tok = query_start_loc[b];
+    const int* table = block_tables + (int64_t)b * max_blocks;
+    const int bs_shift = __ffs(bs) - 1;
+    const auto copy_row = [&](int j, int piece) {
+        const int64_t slot = ((int64_t)table[j >> bs_shift] << bs_shift) + (j & ((1 << bs_shift) - 1));
+        const int64_t at = (slot * nkv + kvh) * D + piece * PIECE;
+        cp_async16(ks + (j - start) * D + piece * PIECE, k_cache + at, true);
+        cp_async16(vs + (j - start) * D + piece * PIECE, v_cache + at, true);
+    };
+    const int cached = min(end, L - 1) - start;                     // rows earlier steps wrote
+    for (int i = threadIdx.x; i < cached * PIECES; i += THREADS) copy_row(start + i / PIECES, i % PIECES);
+    pdl_start();
+
+    const bool holds_new = end == L;
+    const bool rotated_new = load_queries<T, D, G>(q, q_stride, tok, kvh, nh, nkv, positions, cos_sin, slots,
+                                                   holds_new, k_cache, v_cache, qs, scale,
+                                                   ks + (L - 1 - start) * D, vs + (L - 1 - start) * D);
+    if (holds_new && !rotated_new)   // the new row as the kernel before cached it
+        for (int piece = threadIdx.x; piece < PIECES; piece += THREADS) copy_row(L - 1, piece);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+
+    attend_chunk<T, D, G>(qs, scores, StagedRows<T, D>{ks, start}, StagedRows<T, D>{vs, start}, start, end, chunk,
+                          used, tok, kvh, b * splits + split, nh, out, part_o, part_ml, [] {});
+    if (used > 1)
+        combine_splits<T, D, G>(kvh, b, tok, used, b * splits, nh, nkv, out, part_o, part_ml, split_counters,
+                                last_split);
+}
+
 #define DECODE(T, N, D, G)                                                                                      \
     extern "C" __global__ void __launch_bounds__(THREADS, min_blocks_per_sm<T, D, G>) attn_decode_##N##_d##D##_g##G( \
         const T* q, int64_t q_stride, T* k_cache, T* v_cache, const int* block_tables, int max_blocks,         \
@@ -489,6 +644,15 @@ __device__ void attn_decode(const T* q, int64_t q_stride, T* k_cache, T* v_cache
         attn_decode<T, D, G>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens,                 \
                              query_start_loc, out, part_o, part_ml, split_counters, nh, nkv, bs, scale,         \
                              positions, cos_sin, slots, row_plan, items, queue, prefetch_rows);                 \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(THREADS) attn_decode_few_##N##_d##D##_g##G(                     \
+        const T* q, int64_t q_stride, T* k_cache, T* v_cache, const int* block_tables, int max_blocks,         \
+        const int* seq_lens, const int* query_start_loc, T* out, float* part_o, float2* part_ml,               \
+        int* split_counters, int nh, int nkv, int bs, float scale, const int64_t* positions,                   \
+        const float* cos_sin, const int64_t* slots, int chunk) {                                               \
+        attn_decode_few<T, D, G>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens,             \
+                                 query_start_loc, out, part_o, part_ml, split_counters, nh, nkv, bs, scale,     \
+                                 positions, cos_sin, slots, chunk);                                             \
     }
 // One kernel per exact G (a compile-time head count: no per-key tests of it).
 #define DECODE_DIM(T, N, D) DECODE(T, N, D, 1) DECODE(T, N, D, 2) DECODE(T, N, D, 3) DECODE(T, N, D, 4) DECODE(T, N, D, 8)

@@ -20,6 +20,8 @@ DTYPES = ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
 ENV_OVERRIDES = {"decode_slack": ("ROADGATE_DECODE_SLACK", float),
                  "prefill_m_tiles": ("ROADGATE_PREFILL_M_TILES", int),
                  "prefill_wgmma": ("ROADGATE_PREFILL_WGMMA", lambda v: v not in ("", "0")),
+                 "decode_few_rows": ("ROADGATE_DECODE_FEW_ROWS", int),
+                 "decode_few_chunk": ("ROADGATE_DECODE_FEW_CHUNK", int),
                  "gemv_max_rows": ("ROADGATE_GEMV_MAX_ROWS", int),
                  "gemm_max_rows": ("ROADGATE_GEMM_MAX_ROWS", int),
                  "cuda_debug": ("ROADGATE_CUDA_DEBUG", lambda v: v not in ("", "0")),
@@ -47,6 +49,15 @@ class EngineConfig:
     # chunks: each chunk costs a block's set-up and a share of the combine. 1.5 measured best
     # on mixed lengths at B=256 (docs/performance.md, session 18); 2 leaves too long a tail.
     decode_slack: float = 1.5
+    # Decode batches of up to this many rows skip the work list: one block per chunk of each
+    # row, its cached K/V copied in before it waits on the kernel before it (attn_decode_few),
+    # as long as the blocks fit on the GPU at once. 0: the work list at every batch (A/B runs).
+    decode_few_rows: int = 8
+    # Keys per chunk there (a multiple of 16; at most 256 keys of 16-bit d=64, see
+    # engine.ops.cuda_ops._FEW_CHUNK_BYTES). Shorter chunks are more blocks working at once after the wait,
+    # longer ones fewer partials to combine. 128 measured best on latency-b1 (TPOT 0.603-0.612
+    # ms against 0.720-0.934 at 256 and 0.693-0.713 with the work list, session 24).
+    decode_few_chunk: int = 128
     # Query rows per warp of the prefill kernel, in 16-row m-tiles: 0 picks per step
     # (engine.ops.cuda_ops.CudaOps.prefill_m_tiles); 1 or 2 forces one (tests, sweeps).
     prefill_m_tiles: int = 0
@@ -89,8 +100,10 @@ class EngineConfig:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.prefill_m_tiles not in (0, 1, 2):
             raise ValueError(f"prefill_m_tiles must be 0 (chosen per step), 1 or 2, not {self.prefill_m_tiles}")
-        if self.decode_slack < 1 or self.gemv_max_rows < 0 or self.gemm_max_rows < 0:
-            raise ValueError("decode_slack must be >= 1, gemv_max_rows and gemm_max_rows >= 0")
+        if self.decode_few_chunk < 16 or self.decode_few_chunk % 16:
+            raise ValueError(f"decode_few_chunk must be a positive multiple of 16, not {self.decode_few_chunk}")
+        if self.decode_slack < 1 or min(self.decode_few_rows, self.gemv_max_rows, self.gemm_max_rows) < 0:
+            raise ValueError("decode_slack must be >= 1, decode_few_rows, gemv_max_rows and gemm_max_rows >= 0")
 
     @classmethod
     def from_env(cls, model: str, environ=os.environ, **settings) -> EngineConfig:

@@ -20,6 +20,7 @@ from engine.ops.base import Ops, SamplingTensors
 from engine.ops.kernel_table import DECODE_GROUPS, GEMM_TILES, KERNELS, PREFILL_SHAPES, GemmTile, constant
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
+_ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
 # Shared with cuda_src/ through the kernel table, which a CPU test checks against the sources.
 _PREFILL_ROWS_PER_M_TILE = constant("PREFILL_ROWS_PER_M_TILE")
 _PREFILL_KEYS, _PREFILL_PAD = constant("PREFILL_KEYS"), constant("PREFILL_PAD")
@@ -36,6 +37,9 @@ _SMEM_BYTES = 48 * 1024              # the gemv's x' must fit without an opt-in
 # Decode attention fetches the cached K/V of batches this small into L2 before it waits on
 # the kernel before it (a few hundred KB a layer; at larger batches the step is bandwidth-bound).
 _KV_PREFETCH_MAX_ROWS = 8
+# attn_decode_few holds a chunk's K rows, and its V rows, in at most this much shared memory
+# each (256 keys of 16-bit d=64), so a block of it leaves room for others on its SM.
+_FEW_CHUNK_BYTES = 32768
 
 
 def _float_residual(residual: torch.Tensor | None) -> torch.Tensor | None:
@@ -83,6 +87,16 @@ class DecodeWorkList:
     max_chunk: int              # keys per chunk at most (the scores' shared memory)
 
 
+@dataclass
+class FewRowsDecode:
+    """A decode step of a few rows without a work list (attn_decode_few): each row's keys in
+    `splits` chunks of `chunk` keys at most, a block each; the workspace of their partials."""
+    chunk: int                  # keys per chunk
+    splits: int                 # chunks a row at most: enough for the step's longest row
+    part_o: torch.Tensor        # [B * splits, nh, d] float32
+    part_ml: torch.Tensor       # [B * splits, nh, 2] float32
+
+
 @dataclass(frozen=True)
 class PrefillTiles:
     """A prefill step's query tiles (one per 64 * m_tiles queries of each sequence), by the
@@ -112,6 +126,7 @@ class CudaOps(Ops):
         self._smem_per_block = device.get_attribute(drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
         # The decode work list's chunk size (see plan_decode); benchmarks/kernel_bench.py sweeps it.
         self.decode_slack = config.decode_slack
+        self.decode_few_rows, self.decode_few_chunk = config.decode_few_rows, config.decode_few_chunk
         self.forced_m_tiles = config.prefill_m_tiles
         arch = cuda_build.arch_of(major, minor)
         self.prefill_wgmma = config.prefill_wgmma and arch == "sm_90a"
@@ -394,22 +409,52 @@ class CudaOps(Ops):
                                work.row_plan, work.items, self.work_queue)
         return work
 
-    def _decode_kernel(self, dt: str, d: int, G: int):
+    def plan_few_decode(self, meta, dt: str, nh: int, nkv: int, d: int) -> FewRowsDecode | None:
+        """The step of `meta` without a work list, where it takes one: at most decode_few_rows
+        rows, and a block for every chunk of every row fits on the GPU at once. A row is cut
+        into as many chunks as its longest possible length (in a CUDA graph: max_model_len)
+        needs for each chunk's K/V rows to fit a block's shared memory; the chunks past a
+        shorter row's end exit at once."""
+        B = meta.seq_lens.shape[0]
+        if B > self.decode_few_rows:
+            return None
+        chunk = min(self.decode_few_chunk, _FEW_CHUNK_BYTES // (d * _ELEMENT_BYTES[dt]))
+        splits = math.ceil(meta.max_seq_len / chunk)
+        kernel = self._decode_kernel(dt, d, nh // nkv, "decode_few")
+        smem = self._few_smem(dt, d, chunk, nh // nkv)
+        if B * nkv * splits > self.num_sms * kernel.blocks_per_sm(_DECODE_THREADS, smem):
+            return None
+        dev = meta.seq_lens.device
+        return FewRowsDecode(chunk=chunk, splits=splits,
+                             part_o=torch.empty((B * splits, nh, d), dtype=torch.float32, device=dev),
+                             part_ml=torch.empty((B * splits, nh, 2), dtype=torch.float32, device=dev))
+
+    @staticmethod
+    def _few_smem(dt: str, d: int, chunk: int, G: int) -> int:
+        """attn_decode_few's dynamic shared memory: a chunk of K rows, one of V rows, G x chunk scores."""
+        return chunk * (2 * d * _ELEMENT_BYTES[dt] + 4 * G)
+
+    def _decode_kernel(self, dt: str, d: int, G: int, kind: str = "decode"):
         if G not in DECODE_GROUPS:
             raise ValueError(f"cuda decode attention is built for {DECODE_GROUPS} query heads per KV head, not {G}")
-        return self._k["decode", dt, d, G]
+        return self._k[kind, dt, d, G]
 
     def _decode(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs, rope=None):
         G = nh // nkv
         if meta.device_plan is None:      # the step's first layer plans for all of them
-            meta.device_plan = self.plan_decode(meta, dt, nh, nkv, d)
-        work = meta.device_plan
-        self._decode_kernel(dt, d, G)(
-            work.grid, _DECODE_THREADS, q, q.stride(0), k_cache, v_cache, meta.block_tables,
-            meta.block_tables.shape[1], meta.seq_lens, meta.query_start_loc, out, work.part_o, work.part_ml,
-            self._counters(B * nkv, q.device), nh, nkv, bs, float(scale), *(rope or (None, None, None)),
-            work.row_plan, work.items, self.work_queue, B if B <= _KV_PREFETCH_MAX_ROWS else 0,
-            shared=G * work.max_chunk * 4)
+            meta.device_plan = (self.plan_few_decode(meta, dt, nh, nkv, d)
+                                or self.plan_decode(meta, dt, nh, nkv, d))
+        plan = meta.device_plan
+        args = (q, q.stride(0), k_cache, v_cache, meta.block_tables, meta.block_tables.shape[1], meta.seq_lens,
+                meta.query_start_loc, out, plan.part_o, plan.part_ml, self._counters(B * nkv, q.device), nh, nkv,
+                bs, float(scale), *(rope or (None, None, None)))
+        if isinstance(plan, FewRowsDecode):
+            self._decode_kernel(dt, d, G, "decode_few")((plan.splits, nkv, B), _DECODE_THREADS, *args, plan.chunk,
+                                                        shared=self._few_smem(dt, d, plan.chunk, G))
+        else:
+            self._decode_kernel(dt, d, G)(
+                plan.grid, _DECODE_THREADS, *args, plan.row_plan, plan.items, self.work_queue,
+                B if B <= _KV_PREFETCH_MAX_ROWS else 0, shared=G * plan.max_chunk * 4)
 
     def _counters(self, n: int, device) -> torch.Tensor:
         if not self._split_counters or self._split_counters[-1].numel() < n:

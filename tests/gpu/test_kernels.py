@@ -22,6 +22,7 @@ pytestmark = pytest.mark.gpu
 os.environ.setdefault("ROADGATE_CUDA_DEBUG", "1")  # synchronize + check after every launch
 REF = TorchOps()
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+_DT = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}   # the kernels' dtype names
 
 
 @pytest.fixture(scope="module")
@@ -291,21 +292,64 @@ def check_attention(ops, query_lens, seq_lens, nh, nkv, d, dtype, bs=16):
 HEADS = [(9, 3, 64), (8, 2, 128), (16, 2, 128), (32, 8, 64), (4, 4, 128), (8, 4, 64)]   # G = 3, 4, 8, 4, 1, 2
 
 
+@pytest.fixture(scope="module", params=[(0, 256), (8, 256), (8, 64)], ids=["work-list", "few-rows", "few-rows-64"])
+def ops_decode_kind(request, ops):
+    """Decode attention both ways at small batches: the work list (plan_decode, attn_decode)
+    and, up to 8 rows, a block per chunk with no list (attn_decode_few), at chunks of a
+    whole tile and of 64 keys."""
+    from engine.ops.cuda_ops import CudaOps
+    few_rows, few_chunk = request.param
+    return CudaOps(EngineConfig.from_env(model="", backend="cuda", decode_few_rows=few_rows,
+                                         decode_few_chunk=few_chunk))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("nh,nkv,d", HEADS)
 @pytest.mark.parametrize("seq_lens", [[1], [4096], [1, 15, 16, 17, 33, 1000, 4096], "b256", "b96"])
-def test_decode_attention(ops, dtype, nh, nkv, d, seq_lens):
+def test_decode_attention(ops_decode_kind, dtype, nh, nkv, d, seq_lens):
     if seq_lens == "b256":
         seq_lens = torch.randint(1, 1025, (256,)).tolist()
     if seq_lens == "b96":   # a batch that fills the GPU alone, at contexts past one split
         seq_lens = torch.randint(1, 3001, (96,)).tolist()
-    check_attention(ops, [1] * len(seq_lens), seq_lens, nh, nkv, d, dtype)
+    check_attention(ops_decode_kind, [1] * len(seq_lens), seq_lens, nh, nkv, d, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("nh,nkv,d", [(9, 3, 64), (8, 2, 128)])
+@pytest.mark.parametrize("seq_lens", [[1], [64, 129], [3000, 17]])
+def test_few_rows_decode_sized_for_longer_rows(ops, dtype, nh, nkv, d, seq_lens):
+    """As in a CUDA graph, the launch is sized for rows up to max_model_len and the rows are
+    shorter: the chunks past each row's end must add nothing."""
+    q, kv, step = paged_batch([1] * len(seq_lens), seq_lens, nh, nkv, d, dtype)
+    meta = dataclasses.replace(step.meta, max_seq_len=4096)
+    plan = ops.plan_few_decode(meta, _DT[dtype], nh, nkv, d)
+    assert plan is not None and plan.splits >= 16
+    poison_next((q.shape[0], nh, d), dtype)
+    out = ops.attention(q, kv, dataclasses.replace(step, meta=meta))
+    assert rel_err(out, REF.attention(q.float(), kv.float(), step)) <= 1e-2
+
+
+def test_decode_takes_the_few_rows_kernel_where_its_blocks_fit(ops):
+    """Up to decode_few_rows rows, and only while a block per chunk of every row fits on the
+    GPU at once; the work list past that."""
+    from engine.ops.cuda_ops import DecodeWorkList, FewRowsDecode
+    nh, nkv, d = 9, 3, 64
+
+    def plan(B, max_len):
+        _, _, step = paged_batch([1] * B, [17] * B, nh, nkv, d, torch.bfloat16)
+        meta = dataclasses.replace(step.meta, max_seq_len=max_len)
+        return ops.plan_few_decode(meta, "bf16", nh, nkv, d) or ops.plan_decode(meta, "bf16", nh, nkv, d)
+
+    assert ops.decode_few_rows == 8
+    assert isinstance(plan(1, 8192), FewRowsDecode) and isinstance(plan(8, 1024), FewRowsDecode)
+    assert isinstance(plan(9, 1024), DecodeWorkList)
+    assert isinstance(plan(8, 1 << 20), DecodeWorkList)    # 8 rows of a million keys: too many blocks
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("nh,nkv,d", [(9, 3, 64), (8, 2, 128)])
 @pytest.mark.parametrize("seq_lens", [[1, 17, 300, 1000, 4096], "b256"])
-def test_decode_attention_block_fuses_rope_and_cache_write(ops, dtype, nh, nkv, d, seq_lens):
+def test_decode_attention_block_fuses_rope_and_cache_write(ops_decode_kind, dtype, nh, nkv, d, seq_lens):
     """Past the gemv sizes, decode rotates q and k and writes the new k, v inside the
     attention kernel: the same output and cache as rope_and_cache + attention (the base
     Ops.attention_block on the same ops), with the new token in a later split."""
@@ -321,9 +365,9 @@ def test_decode_attention_block_fuses_rope_and_cache_write(ops, dtype, nh, nkv, 
     x, res = block_input(B, dtype)
     layer = attention_layer(nh, nkv, d, dtype)                   # identity o: out is the attention output
     poison_next((B, nh, d), dtype)
-    out, r = ops.attention_block(x, res, layer, kv, step)
+    out, r = ops_decode_kind.attention_block(x, res, layer, kv, step)
     kv_ref = kv.clone()
-    ref, ref_r = Ops.attention_block(ops, x, res, layer, kv_ref, step)
+    ref, ref_r = Ops.attention_block(ops_decode_kind, x, res, layer, kv_ref, step)
     assert torch.equal(r, ref_r)
     assert rel_err(out, ref) <= tol(dtype)
     assert torch.equal(kv[1], kv_ref[1])
@@ -427,18 +471,18 @@ def test_decode_attention_refuses_unbuilt_head_groups(ops):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("bs", [8, 64])
-def test_decode_attention_block_sizes(ops, dtype, bs):
+def test_decode_attention_block_sizes(ops_decode_kind, dtype, bs):
     # A key lane reads 8 (16-bit) or 4 (float) consecutive keys with one block-table
     # lookup: they must lie in one block from the smallest block size up.
-    check_attention(ops, [1] * 5, [1, 9, 63, 129, 2000], 9, 3, 64, dtype, bs)
+    check_attention(ops_decode_kind, [1] * 5, [1, 9, 63, 129, 2000], 9, 3, 64, dtype, bs)
 
 
-def test_decode_split_counters_reset_between_launches(ops):
+def test_decode_split_counters_reset_between_launches(ops_decode_kind):
     """The last split of each sequence combines the partials and zeroes its counter:
     launch after launch (as graph replays do), the result must not change."""
     q, kv, step = paged_batch([1] * 4, [4096, 3000, 97, 1], 9, 3, 64, torch.bfloat16)
     ref = REF.attention(q.float(), kv.float(), step)
-    outs = [ops.attention(q, kv, step) for _ in range(3)]
+    outs = [ops_decode_kind.attention(q, kv, step) for _ in range(3)]
     assert rel_err(outs[0], ref) <= 1e-2
     assert all(torch.equal(o, outs[0]) for o in outs[1:])
 
