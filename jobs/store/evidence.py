@@ -73,15 +73,41 @@ def import_evidence(evidence_dir: str | Path, store: Store) -> None:
     folder = Path(evidence_dir).resolve()
     with store.engine.begin() as conn:
         for name in TABLES:
-            table = Base.metadata.tables[name]
-            records = [_decoded(table, r) for r in _read(folder / f"{name}.jsonl")]
+            records = _records(folder, name)
             if name == "roadmap_rows":   # a mirror of the roadmap file: its newest export stands
                 records = list({r["id"]: r for r in records}.values())
-            for record in records:
-                if name == "runs" and record["parquet_uri"]:
-                    record["parquet_uri"] = str(folder / record["parquet_uri"])
             if records:
-                conn.execute(insert(table), records)
+                conn.execute(insert(Base.metadata.tables[name]), records)
+
+
+def add_exported_runs(evidence_dir: str | Path, store: Store) -> list[str]:
+    """Adds the runs of a folder that export_evidence wrote from another store (a GPU host's)
+    to `store`, beside the runs it holds: the runs, the series it does not have yet, and the
+    runs' metrics under `store`'s own metric ids (the two stores numbered theirs apart).
+    Returns the ids of the runs added; gates and docs are then evaluated on `store`."""
+    folder = Path(evidence_dir).resolve()
+    with store.engine.begin() as conn:
+        series = Base.metadata.tables["series"]
+        have = set(conn.execute(select(series.c.key)).scalars())
+        runs = _records(folder, "runs")
+        new_series = [r for r in _records(folder, "series") if r["key"] not in have]
+        metrics = [{k: v for k, v in r.items() if k != "id"} for r in _records(folder, "metrics")]
+        for name, records in (("runs", runs), ("series", new_series), ("metrics", metrics)):
+            if records:
+                conn.execute(insert(Base.metadata.tables[name]), records)
+    return [r["id"] for r in runs]
+
+
+def _records(folder: Path, name: str) -> list[dict]:
+    """The records of one table's JSON Lines in an evidence folder, as the store takes them
+    (dates parsed; a run's Parquet path made absolute)."""
+    table = Base.metadata.tables[name]
+    records = [_decoded(table, r) for r in _read(folder / f"{name}.jsonl")]
+    if name == "runs":
+        for record in records:
+            if record["parquet_uri"]:
+                record["parquet_uri"] = str(folder / record["parquet_uri"])
+    return records
 
 
 def _select(conn, name: str, column: str | None = None, values: list | None = None) -> list[dict]:

@@ -9,7 +9,7 @@ from jobs.cli import main
 from jobs.gates.evaluate import evaluate_gates
 from jobs.report import check_docs, write_docs
 from jobs.store import MetricRecord, open_store, record_run, upgrade
-from jobs.store.evidence import export_evidence, import_evidence
+from jobs.store.evidence import add_exported_runs, export_evidence, import_evidence
 from tests.report.history import NIGHTS, NOW, build_history
 from tests.store_support import nightly
 
@@ -73,3 +73,32 @@ def test_the_published_docs_agree_with_the_evidence_shipped_with_them(capsys):
     """What CI checks on every clone: docs/STATUS.md and docs/BENCHMARKS.md against docs/evidence."""
     assert main(["docs", "--check", "--out", str(REPO / "docs"), "--evidence", str(REPO / "docs" / "evidence")]) == 0
     assert "agree with the data" in capsys.readouterr().out
+
+
+def test_a_gpu_hosts_runs_are_added_beside_the_published_ones_and_then_gate(store, tmp_path):
+    """A run recorded in another store (a GPU host's, whose metric ids clash with ours) is
+    exported, added beside the published evidence with its metrics and requests, and becomes
+    its series' newest figure."""
+    build_history(store)
+    evaluate_gates(store, NOW)
+    published = tmp_path / "evidence"
+    export_evidence(store, published)
+    host = fresh_store(tmp_path, "gpu-host")
+    run = record_run(host, nightly(NIGHTS, workload="chat-16x64", hardware_class="cpu-x"),
+                     [MetricRecord("ours", "output_tok_s", 70.0, count=16)], pa.table({"request_index": [7]}))
+    shipped = tmp_path / "device-run"
+    export_evidence(host, shipped, [run])
+
+    local = fresh_store(tmp_path, "local")
+    import_evidence(published, local)
+    assert add_exported_runs(shipped, local) == [run]
+    with local.engine.connect() as conn:
+        values = conn.execute(text("SELECT value FROM metrics WHERE run_id = :id"), {"id": run}).scalars().all()
+        uri = conn.execute(text("SELECT parquet_uri FROM runs WHERE id = :id"), {"id": run}).scalar()
+        metric_ids = conn.execute(text("SELECT COUNT(DISTINCT id), COUNT(*) FROM metrics")).one()
+    assert values == [70.0]
+    assert pq.read_table(uri).column("request_index").to_pylist() == [7]
+    assert metric_ids[0] == metric_ids[1]
+    with local.engine.connect() as conn:   # the newest figure of its series now
+        latest = conn.execute(text("SELECT run_id FROM v_latest_figures WHERE run_id = :id"), {"id": run}).first()
+    assert latest is not None
