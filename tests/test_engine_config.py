@@ -16,6 +16,9 @@ from engine.config import EngineConfig
     ({"kv_cache_tokens": 8}, "KV cache of 8 tokens holds less than one block of 16"),
     ({"gpu_memory_utilization": 1.5}, r"gpu_memory_utilization must be in \(0, 1\]"),
     ({"decode_slack": 0.5}, "decode_slack must be >= 1"),
+    ({"decode_few_rows": -1}, "decode_few_rows, gemv_max_rows and gemm_max_rows >= 0"),
+    ({"decode_few_chunk": 100}, "decode_few_chunk must be a positive multiple of 16, not 100"),
+    ({"decode_few_chunk": 0}, "decode_few_chunk must be a positive multiple of 16, not 0"),
 ])
 def test_bad_settings_are_refused_by_name(settings, message):
     with pytest.raises(ValueError, match=message):
@@ -23,9 +26,10 @@ def test_bad_settings_are_refused_by_name(settings, message):
 
 
 def test_environment_overrides_fill_only_what_the_caller_left_unset():
-    env = {"ROADGATE_DECODE_SLACK": "1.75", "ROADGATE_CUDA_DEBUG": "1"}
+    env = {"ROADGATE_DECODE_SLACK": "1.75", "ROADGATE_CUDA_DEBUG": "1", "ROADGATE_DECODE_FEW_ROWS": "0"}
     config = EngineConfig.from_env("m", environ=env, gemv_max_rows=4)
     assert (config.decode_slack, config.cuda_debug, config.gemv_max_rows) == (1.75, True, 4)
+    assert config.decode_few_rows == 0
     assert EngineConfig.from_env("m", environ=env, decode_slack=2.0).decode_slack == 2.0
     with pytest.raises(ValueError, match="ROADGATE_DECODE_SLACK='many' is not a valid decode_slack"):
         EngineConfig.from_env("m", environ={"ROADGATE_DECODE_SLACK": "many"})
