@@ -23,6 +23,9 @@
 // head) to finish combines them (a counter per pair, reset by that last item).
 // With cos_sin given, RoPE and the cache write of the new token are fused in (see
 // rope_inputs): a decode step then needs no rope_and_cache launch.
+// A batch of a few rows takes attn_decode_few instead (see there): no list, a block per fixed
+// chunk of each row, its cached K/V copied into shared memory before it waits on the kernel
+// before it, so a latency-bound step's chain of loads is mostly behind that wait.
 // Launch: plan_decode grid 1, block PLAN_THREADS; attn_decode any grid (the host gives
 // one block per slot, at most one per item), block 128, dynamic smem = G * max_chunk * 4
 // bytes; split_counters [B * nkv] int32 and queue[0..1] zero before the first launch
@@ -346,16 +349,11 @@ __device__ __forceinline__ bool load_queries(const T* q, int64_t q_stride, int t
 }
 
 // Attention of one chunk, keys [start, end) of token `tok`'s sequence for the G query heads
-// of KV head kvh (qs: the rotated, pre-scaled queries in shared memory; `scores`: G x chunk
-// floats of shared memory), from the K and V row sources given. 128 threads = 16 key lanes
-// x 8 dim lanes; each key's d-vector is spread over 8 threads in 16-byte pieces, and a key
-// lane takes N consecutive keys a step.
-//   pass 1: scores q.k -> shared memory, the query in registers and the G partial dots
-//           summed over the 8 dim lanes together (fold_heads);
-//   softmax statistics per head from shared memory;
-//   pass 2: p-weighted sum of V rows, reduced over the 16 key lanes.
-// The result goes out through store_split (workspace row ws_split when the sequence has
-// `used` > 1 chunks). on_last_v_rows() runs on thread 0 as it issues the chunk's last V loads.
+// of KV head kvh, from the K and V row sources given: the two passes and the softmax of the
+// top of the file (qs: the rotated, pre-scaled queries; `scores`: G x chunk floats, both in
+// shared memory). The result goes out through store_split (workspace row ws_split when the
+// sequence has `used` > 1 chunks). on_last_v_rows() runs on thread 0 as it issues the
+// chunk's last V loads.
 template <typename T, int D, int G, typename KRows, typename VRows, typename OnLastVRows>
 __device__ __forceinline__ void attend_chunk(const float (&qs)[G][D], float* scores, const KRows& k_rows,
                                              const VRows& v_rows, int start, int end, int chunk, int used, int tok,
