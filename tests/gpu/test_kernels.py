@@ -15,6 +15,7 @@ from engine.model import rope_cos_sin
 from engine.config import EngineConfig
 from engine.model_config import ModelConfig
 from engine.ops.base import AttentionMetadata, LayerShape, LayerWeights, Ops, SamplingTensors, Step
+from engine.ops.cuda_ops import _DTYPES
 from engine.ops.kernel_table import GEMM_TILES
 from engine.ops.torch_ops import TorchOps
 
@@ -22,7 +23,6 @@ pytestmark = pytest.mark.gpu
 os.environ.setdefault("ROADGATE_CUDA_DEBUG", "1")  # synchronize + check after every launch
 REF = TorchOps()
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
-_DT = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}   # the kernels' dtype names
 
 
 @pytest.fixture(scope="module")
@@ -322,7 +322,7 @@ def test_few_rows_decode_sized_for_longer_rows(ops, dtype, nh, nkv, d, seq_lens)
     shorter: the chunks past each row's end must add nothing."""
     q, kv, step = paged_batch([1] * len(seq_lens), seq_lens, nh, nkv, d, dtype)
     meta = dataclasses.replace(step.meta, max_seq_len=4096)
-    plan = ops.plan_few_decode(meta, _DT[dtype], nh, nkv, d)
+    plan = ops.plan_few_decode(meta, _DTYPES[dtype], nh, nkv, d)
     assert plan is not None and plan.splits >= 16
     poison_next((q.shape[0], nh, d), dtype)
     out = ops.attention(q, kv, dataclasses.replace(step, meta=meta))
