@@ -191,12 +191,12 @@ class LLM:
         if not set(map(type, ids)) <= {int, bool} and not all(isinstance(t, int) for t in ids):
             raise PromptError("a prompt must be a string, a list of token ids, or a list of chat messages")
         try:
-            values = np.fromiter(ids, np.int64, len(ids))
+            values = np.array(ids, np.int64)
         except OverflowError:       # an int past int64's range: compared as Python ints
             values = np.array(ids, object)
         vocab = self.model_config.vocab_size
-        bad = np.flatnonzero((values < 0) | (values >= vocab))
-        if len(bad):
+        if values.min() < 0 or values.max() >= vocab:
+            bad = np.flatnonzero((values < 0) | (values >= vocab))
             raise PromptError(f"token id {ids[bad[0]]} is outside the vocabulary [0, {vocab})")
         return values.astype(np.int32)
 
@@ -226,6 +226,7 @@ class LLM:
         scheduled = self.scheduler.schedule()
         t1 = time.perf_counter()
         launched = self.runner.launch(scheduled, self._in_flight)
+        self.scheduler.publish_computed_blocks()
         t2 = time.perf_counter()
         finished = []
         if self._in_flight:

@@ -167,12 +167,15 @@ def test_full_blocks_are_published_once_computed_and_known():
     s = scheduler(16)
     a = seq(0, 7)
     s.add(a)
-    s.schedule()                              # 7 prompt tokens: one full block
+    s.schedule()                              # 7 prompt tokens: one full block, published once launched
+    assert len(s.block_manager.hashes[0]) == 0 and a.num_published_tokens == 0
+    s.publish_computed_blocks()
     assert len(s.block_manager.hashes[0]) == 1 and a.num_published_tokens == 4
     s.schedule()                              # the 8th token fills block 2, but its value is in flight
     assert len(s.block_manager.hashes[0]) == 1
     s.update_from_output([0], [50], now=0.0)
-    s.schedule()                              # now known: block 2 is published
+    s.schedule()                              # now known: block 2 is counted...
+    s.schedule()                              # ...and published by the next schedule, if not before
     assert len(s.block_manager.hashes[0]) == 2 and a.num_published_tokens == 8
     b = Sequence(1, a.token_ids[:8] + [99], SamplingParams(max_tokens=4), 1, max_num_tokens=13)
     s.add(b)                                  # a's first 8 tokens: both blocks hit
