@@ -5,6 +5,9 @@ takes the host out of the step. Each bucket is captured twice: greedy-only
 (argmax) and general sampling. The graphs read their inputs from the runner's
 StaticInputs, which each step's one upload fills; padding rows have no cache slot
 (-1) and a one-token context, so they write nothing and read only block 0.
+Every step, graphed or not, samples into one buffer, `sampled`: a graph starts by
+taking its rows' pending tokens (those the host has not read yet) from there, at an
+address fixed at capture, so the step needs no launch of its own for them.
 Attention is captured for contexts up to max_model_len (the work list is planned
 on the device each step, see CudaOps.plan_decode).
 """
@@ -33,6 +36,8 @@ class DecodeGraphs:
         v["seq_lens"].fill_(1)
         v["top_p"].fill_(1)
         v["query_start"].copy_(torch.arange(len(v["query_start"]), dtype=torch.int32))
+        v["source_rows"].fill_(-1)
+        self.sampled = torch.zeros(config.max_num_seqs, dtype=torch.int64, device=kv_cache.device)
         self._graphs: dict[tuple[int, bool], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.side_stream = model.ops.new_stream()
         pool = torch.cuda.graph_pool_handle()
@@ -51,13 +56,14 @@ class DecodeGraphs:
 
     def replay(self, bucket: int, greedy: bool) -> torch.Tensor:
         """Run the bucket's graph on the inputs uploaded into its static buffer (rows padded
-        to the bucket); sampled tokens [bucket]."""
+        to the bucket); sampled tokens [bucket], a view of `sampled`."""
         graph, tokens = self._graphs[bucket, greedy]
         graph.replay()
         return tokens
 
     def _step(self, b: int, greedy: bool) -> torch.Tensor:
         v = self.inputs
+        self.model.ops.take_pending_tokens(v["token_ids"][:b], v["source_rows"][:b], self.sampled)
         meta = AttentionMetadata(query_start_loc=v["query_start"][:b + 1], seq_lens=v["seq_lens"][:b],
                                  block_tables=v["block_tables"][:b], slot_mapping=v["slots"][:b],
                                  max_query_len=1, max_seq_len=self.max_model_len,
@@ -65,7 +71,7 @@ class DecodeGraphs:
         hidden = self.model.forward(v["token_ids"][:b], v["positions"][:b], meta, self.kv_cache)
         sampling = SamplingTensors(v["temperature"][:b], v["top_k"][:b], v["top_p"][:b], v["seeds"][:b],
                                    v["counters"][:b], all_greedy=greedy, any_filter=not greedy)
-        return self.model.ops.sample(self.model.logits(hidden), sampling)
+        return self.model.ops.sample(self.model.logits(hidden), sampling, out=self.sampled[:b])
 
 
 def capture(run, pool, side: torch.cuda.Stream, programmatic: bool) -> tuple[torch.cuda.CUDAGraph, object]:

@@ -98,6 +98,9 @@ class ModelRunner:
             self._token_copies = [(torch.empty(config.max_num_seqs, dtype=torch.int64, pin_memory=True),
                                    torch.cuda.Event()) for _ in range(2)]
             self._copy_turn = 0
+            # The stream the engine launches on, kept: Event.record() without one looks up
+            # the current stream each time, tens of µs of a batch-1 step on a slow host.
+            self._stream = torch.cuda.current_stream(device)
         # With graphs: the buffer they read, engine.cuda_graphs.DecodeGraphs and
         # engine.prefill_graphs.PrefillGraphs; without, None (eager only).
         self.inputs = self.graphs = self.prefill_graphs = None
@@ -128,15 +131,16 @@ class ModelRunner:
         params = self._sampling_arrays(batch, step, pad_to=bucket)
         dev = self._upload({**vars(inputs), **params})
         all_greedy = not params["temperature"].any()
-        if bucket is not None:      # the graph samples from the inputs' slots itself
-            self._token_ids(inputs, dev, previous)
+        if bucket is not None:      # the graph takes pending tokens and samples from the inputs' slots itself
             tokens = self.graphs.replay(bucket, all_greedy)
         else:
             logits = self._logits(inputs, dev, previous, prefill_bucket)
             sampling = SamplingTensors(dev["temperature"], dev["top_k"], dev["top_p"], dev["seeds"], dev["counters"],
                                        all_greedy=all_greedy,
                                        any_filter=bool((params["top_k"] > 0).any() or (params["top_p"] < 1).any()))
-            tokens = self.model.ops.sample(logits, sampling) if len(step.sampled) else None
+            # Into the buffer the next step's graph takes its pending tokens from.
+            out_tokens = self.graphs.sampled[:len(step.sampled)] if self.graphs else None
+            tokens = self.model.ops.sample(logits, sampling, out=out_tokens) if len(step.sampled) else None
         sampled_rows = step.rows[step.sampled]
         batch.mark_sampled(sampled_rows)
         if not len(step.sampled):
@@ -263,13 +267,13 @@ class ModelRunner:
 
     def _copy_out(self, request_ids: list[int], rows: np.ndarray, num_removals: int, positions: np.ndarray,
                   tokens: torch.Tensor) -> LaunchedStep:
-        if self.device.type != "cuda":
-            return LaunchedStep(request_ids, rows, num_removals, positions, tokens, tokens.cpu(), None)
+        if self.device.type != "cuda":      # a copy: `tokens` may be the buffer the next step samples into
+            return LaunchedStep(request_ids, rows, num_removals, positions, tokens, tokens.clone(), None)
         # Two pinned buffers and events in turn: a launched step is read before the step
         # after the next one is launched, so its buffer is free again by then.
         host, ready = self._token_copies[self._copy_turn]
         self._copy_turn = 1 - self._copy_turn
         host = host[:len(tokens)]
         host.copy_(tokens, non_blocking=True)
-        ready.record()
+        ready.record(self._stream)
         return LaunchedStep(request_ids, rows, num_removals, positions, tokens, host, ready)

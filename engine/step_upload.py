@@ -104,6 +104,7 @@ class StaticInputs:
         self._staging = [torch.empty(self.layout.nbytes, dtype=torch.uint8, pin_memory=cuda) for _ in range(2)]
         self._host_views = [self.layout.host_views(s) for s in self._staging]
         self._copied = [torch.cuda.Event() for _ in range(2)] if cuda else None
+        self._stream = torch.cuda.current_stream(device) if cuda else None    # recorded on (see ModelRunner)
         self._turn = 0
 
     def upload(self, arrays: dict[str, np.ndarray]) -> Mapping[str, torch.Tensor]:
@@ -120,7 +121,7 @@ class StaticInputs:
         self.layout.fill(self._host_views[turn], arrays)
         self.buffer[:nbytes].copy_(self._staging[turn][:nbytes], non_blocking=True)
         if self._copied:
-            self._copied[turn].record()
+            self._copied[turn].record(self._stream)
         return CutViews(self.views, {name: len(a) for name, a in arrays.items()})
 
 

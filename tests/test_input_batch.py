@@ -5,6 +5,7 @@ per-sequence builder over the scheduler's own state."""
 from __future__ import annotations
 
 import numpy as np
+import torch
 import pytest
 
 from engine.block_manager import BlockManager
@@ -295,10 +296,12 @@ def test_inputs_equal_the_per_sequence_builder_on_mixed_steps(pad_to):
 class EagerBuckets:
     """Stands in for engine.cuda_graphs.DecodeGraphs on the CPU: decode-only steps get
     the same bucket-padded inputs in the runner's static buffer, run eagerly on views of
-    it as a graph would, and return one token per bucket row."""
+    it as a graph would (the pending tokens taken from `sampled`, where every step
+    samples), and return one token per bucket row."""
 
     def __init__(self, llm, buckets):
         self.llm, self.buckets, self.replays = llm, buckets, []
+        self.sampled = torch.zeros(llm.config.max_num_seqs, dtype=torch.int64)
 
     def bucket_for(self, batch_size):
         return next((b for b in self.buckets if b >= batch_size), None)
@@ -308,6 +311,7 @@ class EagerBuckets:
         v, model = self.llm.runner.inputs.views, self.llm.model
         query_start, seq_lens = v["query_start"][:bucket + 1], v["seq_lens"][:bucket]
         assert query_start.tolist() == list(range(bucket + 1))
+        model.ops.take_pending_tokens(v["token_ids"][:bucket], v["source_rows"][:bucket], self.sampled)
         meta = AttentionMetadata(query_start_loc=query_start, seq_lens=seq_lens, block_tables=v["block_tables"][:bucket],
                                  slot_mapping=v["slots"][:bucket], max_query_len=1,
                                  max_seq_len=int(seq_lens.max()),
@@ -316,7 +320,7 @@ class EagerBuckets:
         sampling = SamplingTensors(v["temperature"][:bucket], v["top_k"][:bucket], v["top_p"][:bucket],
                                    v["seeds"][:bucket], v["counters"][:bucket], all_greedy=greedy,
                                    any_filter=not greedy)
-        return model.ops.sample(model.logits(hidden), sampling)
+        return model.ops.sample(model.logits(hidden), sampling, out=self.sampled[:bucket])
 
 
 def test_bucket_padded_decode_steps_give_the_tokens_of_sequences_run_alone():

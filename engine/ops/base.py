@@ -119,9 +119,11 @@ class Ops(Protocol):
         token_ids, source_rows [T] int64; previous [R] int64 (that step's sampled tokens)."""
         torch.where(source_rows >= 0, previous[source_rows.clamp_min(0)], token_ids, out=token_ids)
 
-    def sample(self, logits: torch.Tensor, sampling: SamplingTensors) -> torch.Tensor:
+    def sample(self, logits: torch.Tensor, sampling: SamplingTensors,
+               out: torch.Tensor | None = None) -> torch.Tensor:
         """[B, V] logits -> [B] int64 token ids (greedy, or Gumbel-max over the
-        temperature-scaled, top-k/top-p filtered distribution with counter-based noise)."""
+        temperature-scaled, top-k/top-p filtered distribution with counter-based noise);
+        written into `out` ([B] int64, contiguous) where it is given."""
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """x [T, K] @ weight [N, K]^T -> [T, N] in x's dtype. The torch backend also takes an

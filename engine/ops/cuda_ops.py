@@ -481,10 +481,13 @@ class CudaOps(Ops):
         if n:
             self._k["take_pending"](math.ceil(n / 256), 256, token_ids, source_rows, previous, n)
 
-    def sample(self, logits, sampling: SamplingTensors):
+    def sample(self, logits, sampling: SamplingTensors, out=None):
         logits = logits.contiguous()
         B, V = logits.shape
-        out = torch.empty(B, dtype=torch.int64, device=logits.device)
+        if out is None:
+            out = torch.empty(B, dtype=torch.int64, device=logits.device)
+        elif out.shape != (B,) or out.dtype != torch.int64 or not out.is_contiguous():
+            raise ValueError(f"sample's out must be a contiguous int64 tensor of {B} tokens")
         if B:
             self._k["sample", _dtype_name(logits)](
                 B, 1024, logits, V, sampling.temperature.float().contiguous(), sampling.top_k.int().contiguous(),

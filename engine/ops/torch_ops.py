@@ -209,8 +209,12 @@ class TorchOps(Ops):
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up
 
-    def sample(self, logits, sampling: SamplingTensors):
-        logits = logits.float()
+    def sample(self, logits, sampling: SamplingTensors, out=None):
+        tokens = self._sample(logits.float(), sampling)
+        return tokens if out is None else out.copy_(tokens)
+
+    @staticmethod
+    def _sample(logits: torch.Tensor, sampling: SamplingTensors) -> torch.Tensor:
         greedy = logits.argmax(dim=-1)
         if sampling.all_greedy:
             return greedy
