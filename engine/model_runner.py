@@ -24,6 +24,7 @@ from engine.config import EngineConfig
 from engine.input_batch import InputBatch
 from engine.model import LlamaModel
 from engine.ops import AttentionMetadata, SamplingTensors
+from engine.ops.driver import copy_async
 from engine.sampling_params import SamplingParams
 from engine.scheduler import NewRequest, SchedulerOutput
 from engine.step_upload import StaticInputs, upload
@@ -38,7 +39,7 @@ class LaunchedStep:
     num_removals: int                  # the persistent batch's layout version at launch
     positions: np.ndarray              # where each token goes in its request
     tokens: torch.Tensor               # [>= len(request_ids)] int64 on the device (graph rows padded)
-    host: torch.Tensor                 # pinned copy of tokens, valid once `ready` has passed
+    host: torch.Tensor                 # pinned copy of tokens (a longer buffer), valid once `ready` has passed
     ready: torch.cuda.Event | None     # None on the CPU: the copy is already done
 
 
@@ -273,7 +274,6 @@ class ModelRunner:
         # after the next one is launched, so its buffer is free again by then.
         host, ready = self._token_copies[self._copy_turn]
         self._copy_turn = 1 - self._copy_turn
-        host = host[:len(tokens)]
-        host.copy_(tokens, non_blocking=True)
+        copy_async(host.data_ptr(), tokens.data_ptr(), tokens.numel() * tokens.element_size(), tokens.device.index)
         ready.record(self._stream)
         return LaunchedStep(request_ids, rows, num_removals, positions, tokens, host, ready)

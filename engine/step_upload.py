@@ -16,6 +16,8 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 import torch
 
+from engine.ops.driver import copy_async
+
 _ALIGN = 16
 _TORCH_DTYPES = {np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32,
                  np.dtype(np.float32): torch.float32}
@@ -119,9 +121,11 @@ class StaticInputs:
             # read that step's tokens, sampled after it), so this seldom waits.
             self._copied[turn].synchronize()
         self.layout.fill(self._host_views[turn], arrays)
-        self.buffer[:nbytes].copy_(self._staging[turn][:nbytes], non_blocking=True)
         if self._copied:
+            copy_async(self.buffer.data_ptr(), self._staging[turn].data_ptr(), nbytes, self.buffer.device.index)
             self._copied[turn].record(self._stream)
+        else:
+            self.buffer[:nbytes].copy_(self._staging[turn][:nbytes])
         return CutViews(self.views, {name: len(a) for name, a in arrays.items()})
 
 

@@ -18,9 +18,9 @@ or from any other node (cuBLAS, torch's kernels, copies) stays as it was.
 from __future__ import annotations
 
 import ctypes
-import functools
 from collections.abc import Callable, Iterable
 
+from engine.ops.driver import check, driver
 from engine.ops.kernel_table import KERNELS
 
 # Every kernel the table names calls pdl_start() first (tests/test_cuda_sources.py checks it).
@@ -54,13 +54,13 @@ def edges_to_make_programmatic(edges: Iterable[tuple[int, int]],
 def make_programmatic(graph: int) -> int:
     """Make every plain edge between two of our kernels in `graph` (a cudaGraph_t handle,
     captured, not yet instantiated) programmatic; returns how many edges changed."""
-    cuda = _driver()
+    cuda = driver()
     handle = ctypes.c_void_p(graph)
     count = ctypes.c_size_t()
-    _check(cuda.cuGraphGetEdges_v2(handle, None, None, None, ctypes.byref(count)), "cuGraphGetEdges")
+    check(cuda.cuGraphGetEdges_v2(handle, None, None, None, ctypes.byref(count)), "cuGraphGetEdges")
     n = count.value
     sources, targets, data = (ctypes.c_void_p * n)(), (ctypes.c_void_p * n)(), (_EdgeData * n)()
-    _check(cuda.cuGraphGetEdges_v2(handle, sources, targets, data, ctypes.byref(count)), "cuGraphGetEdges")
+    check(cuda.cuGraphGetEdges_v2(handle, sources, targets, data, ctypes.byref(count)), "cuGraphGetEdges")
     plain = [(sources[i], targets[i]) for i in range(n)
              if data[i].type == _DEPENDENCY_DEFAULT and data[i].from_port == _PORT_DEFAULT]
     names: dict[int, str | None] = {}
@@ -74,16 +74,16 @@ def make_programmatic(graph: int) -> int:
     programmatic = _EdgeData(from_port=_PORT_PROGRAMMATIC, type=_DEPENDENCY_PROGRAMMATIC)
     for a, b in chosen:
         src, dst = ctypes.c_void_p(a), ctypes.c_void_p(b)
-        _check(cuda.cuGraphRemoveDependencies_v2(handle, ctypes.byref(src), ctypes.byref(dst), None, 1),
+        check(cuda.cuGraphRemoveDependencies_v2(handle, ctypes.byref(src), ctypes.byref(dst), None, 1),
                "cuGraphRemoveDependencies")
-        _check(cuda.cuGraphAddDependencies_v2(handle, ctypes.byref(src), ctypes.byref(dst),
+        check(cuda.cuGraphAddDependencies_v2(handle, ctypes.byref(src), ctypes.byref(dst),
                                               ctypes.byref(programmatic), 1), "cuGraphAddDependencies")
     return len(chosen)
 
 
 def _kernel_name(cuda, node: int) -> str | None:
     kind = ctypes.c_int()
-    _check(cuda.cuGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(kind)), "cuGraphNodeGetType")
+    check(cuda.cuGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(kind)), "cuGraphNodeGetType")
     if kind.value != _NODE_KERNEL:
         return None
     params = _KernelNodeParams()
@@ -93,13 +93,3 @@ def _kernel_name(cuda, node: int) -> str | None:
     if cuda.cuFuncGetName(ctypes.byref(name), ctypes.c_void_p(params.func)) or name.value is None:
         return None
     return name.value.decode()
-
-
-@functools.cache
-def _driver() -> ctypes.CDLL:
-    return ctypes.CDLL("libcuda.so.1")
-
-
-def _check(result: int, call: str) -> None:
-    if result:
-        raise RuntimeError(f"{call} failed with CUresult {result}")
