@@ -23,7 +23,10 @@ from jobs.store.models import Base
 REQUESTS = "requests"
 # Export order is import order: a row after the rows it references.
 TABLES = ("roadmap_rows", "runs", "series", "metrics", "gate_evaluations")
-KEYS = {"roadmap_rows": ("id", "synced_at"), "runs": ("id",), "series": ("key",), "metrics": ("id",),
+# What identifies a record already in a folder. A metric's id is only its store's number, and
+# an entry's folder gathers runs from several GPU-host stores that all count from 1: within
+# its run it is unique.
+KEYS = {"roadmap_rows": ("id", "synced_at"), "runs": ("id",), "series": ("key",), "metrics": ("run_id", "id"),
         "gate_evaluations": ("id",)}
 CITED_RUNS = text("SELECT run_id FROM v_roadmap_board WHERE run_id IS NOT NULL "
                   "UNION SELECT run_id FROM v_latest_figures")

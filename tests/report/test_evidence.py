@@ -102,3 +102,22 @@ def test_a_gpu_hosts_runs_are_added_beside_the_published_ones_and_then_gate(stor
     with local.engine.connect() as conn:   # the newest figure of its series now
         latest = conn.execute(text("SELECT run_id FROM v_latest_figures WHERE run_id = :id"), {"id": run}).first()
     assert latest is not None
+
+
+def test_runs_of_two_stores_exported_into_one_folder_keep_all_their_metrics(tmp_path):
+    """Two GPU-host stores number their metrics alike (1, 2, ...): a folder gathering runs of
+    both (one performance-log entry, several device calls) must keep every metric of each."""
+    shipped = tmp_path / "entry"
+    runs = []
+    for n, name in enumerate(("call-1", "call-2")):
+        host = fresh_store(tmp_path, name)
+        run = record_run(host, nightly(n, workload="chat-16x64", hardware_class="cpu-x"),
+                         [MetricRecord("ours", "output_tok_s", 70.0 + n, count=16)], pa.table({"request_index": [n]}))
+        assert export_evidence(host, shipped, [run])["metrics"] == 1
+        assert export_evidence(host, shipped, [run])["metrics"] == 0     # and only once
+        runs.append(run)
+    local = fresh_store(tmp_path, "local")
+    assert add_exported_runs(shipped, local) == runs
+    with local.engine.connect() as conn:
+        values = conn.execute(text("SELECT value FROM metrics ORDER BY value")).scalars().all()
+    assert values == [70.0, 71.0]
