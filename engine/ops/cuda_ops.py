@@ -25,6 +25,11 @@ _ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
 _PREFILL_ROWS_PER_M_TILE = constant("PREFILL_ROWS_PER_M_TILE")
 _PREFILL_KEYS, _PREFILL_PAD = constant("PREFILL_KEYS"), constant("PREFILL_PAD")
 _PREFILL_BLOCKS_PER_SM = constant("PREFILL_BLOCKS_PER_SM")
+# Queries no longer than this keep 64-row prefill tiles whatever their number: their K/V
+# chains are short, and twice the blocks balanced better (wall ms, 64 against 128 rows, two
+# rounds: 64x1000 63.7/63.4 against 64.3/67.2, 16x2000 37.0/36.9 against 37.7/39.7; 8x3000
+# even; 4x4000 and 1x8000 faster at 128; docs/performance.md, session 25).
+_PREFILL_TALL_MIN_QUERY = 2048
 _DECODE_THREADS = constant("DECODE_THREADS")
 _MIN_CHUNK, _MAX_CHUNK = constant("DECODE_MIN_CHUNK"), constant("DECODE_MAX_CHUNK")
 _CHUNK_ALIGN = constant("DECODE_CHUNK_ALIGN")
@@ -353,14 +358,14 @@ class CudaOps(Ops):
     def prefill_m_tiles(self, meta, nh: int, d: int) -> int:
         """The prefill tile's height in 64-row units: 16-row m-tiles per warp of the mma.sync
         kernel, warpgroups of the wgmma one. Two (128-query tiles) reuse each K/V tile
-        twice, but make half as many blocks: they are taken where the queries are
-        long enough to fill them and the blocks still fill every slot of the GPU twice over;
+        twice, but make half as many blocks: they are taken where a query is longer than
+        _PREFILL_TALL_MIN_QUERY and the blocks still fill every slot of the GPU twice over;
         a single long prompt is too few blocks, and its longest tile then sets the time."""
         if self.forced_m_tiles:
             if (d, self.forced_m_tiles) not in PREFILL_SHAPES:
                 raise ValueError(f"the prefill kernel has no {self.forced_m_tiles} m-tiles shape for head dim {d}")
             return self.forced_m_tiles
-        if (d, 2) not in PREFILL_SHAPES or meta.max_query_len <= _PREFILL_ROWS_PER_M_TILE:
+        if (d, 2) not in PREFILL_SHAPES or meta.max_query_len <= _PREFILL_TALL_MIN_QUERY:
             return 1
         tall = 2 * _PREFILL_ROWS_PER_M_TILE
         tiles = meta.plan.by_m_tiles[2] if isinstance(meta.plan, PrefillTiles) else \

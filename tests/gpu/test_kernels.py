@@ -534,7 +534,7 @@ def test_prefill_runs_on_wgmma_on_hopper(ops):
     assert ops.prefill_wgmma == (torch.cuda.get_device_capability() == (9, 0))
 
 
-def test_prefill_takes_tall_tiles_only_when_they_fill_the_gpu(ops):
+def test_prefill_takes_tall_tiles_only_for_long_queries_that_fill_the_gpu(ops):
     from engine.ops.cuda_ops import PrefillTiles
     meta = AttentionMetadata(query_start_loc=None, seq_lens=torch.zeros(1), block_tables=None, slot_mapping=None,
                              max_query_len=4000, max_seq_len=4000)
@@ -542,9 +542,11 @@ def test_prefill_takes_tall_tiles_only_when_they_fill_the_gpu(ops):
     one_prompt = dataclasses.replace(meta, plan=ops.plan_step([4000], [4000]))
     assert one_prompt.plan == PrefillTiles({1: 63, 2: 32})
     assert ops.prefill_m_tiles(one_prompt, 9, 64) == (2 if 9 * 32 >= slots else 1)
-    many = dataclasses.replace(meta, plan=ops.plan_step([1000] * 64, [1000] * 64))
+    many = dataclasses.replace(meta, plan=ops.plan_step([3000] * 64, [3000] * 64), max_query_len=3000)
     assert ops.prefill_m_tiles(many, 9, 64) == 2
     assert ops.prefill_m_tiles(many, 8, 128) == 1      # no 128-row shape at d = 128
+    short = dataclasses.replace(meta, plan=ops.plan_step([2048] * 64, [2048] * 64), max_query_len=2048)
+    assert ops.prefill_m_tiles(short, 9, 64) == 1      # short K/V chains: 64-row tiles, however many
     assert ops.plan_step([1, 1], [5, 9]) is None       # decode: nothing to plan
 
 
