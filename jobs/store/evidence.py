@@ -85,16 +85,20 @@ def import_evidence(evidence_dir: str | Path, store: Store) -> None:
 
 def add_exported_runs(evidence_dir: str | Path, store: Store) -> list[str]:
     """Adds the runs of a folder that export_evidence wrote from another store (a GPU host's)
-    to `store`, beside the runs it holds: the runs, the series it does not have yet, and the
-    runs' metrics under `store`'s own metric ids (the two stores numbered theirs apart).
+    to `store`, beside the runs it holds: the runs it does not hold yet (a folder published
+    before and added to again has some), the series it does not have yet, and those runs'
+    metrics under `store`'s own metric ids (the two stores numbered theirs apart).
     Returns the ids of the runs added; gates and docs are then evaluated on `store`."""
     folder = Path(evidence_dir).resolve()
     with store.engine.begin() as conn:
-        series = Base.metadata.tables["series"]
-        have = set(conn.execute(select(series.c.key)).scalars())
-        runs = _records(folder, "runs")
-        new_series = [r for r in _records(folder, "series") if r["key"] not in have]
-        metrics = [{k: v for k, v in r.items() if k != "id"} for r in _records(folder, "metrics")]
+        tables = Base.metadata.tables
+        have_series = set(conn.execute(select(tables["series"].c.key)).scalars())
+        have_runs = set(conn.execute(select(tables["runs"].c.id)).scalars())
+        runs = [r for r in _records(folder, "runs") if r["id"] not in have_runs]
+        added = {r["id"] for r in runs}
+        new_series = [r for r in _records(folder, "series") if r["key"] not in have_series]
+        metrics = [{k: v for k, v in r.items() if k != "id"} for r in _records(folder, "metrics")
+                   if r["run_id"] in added]
         for name, records in (("runs", runs), ("series", new_series), ("metrics", metrics)):
             if records:
                 conn.execute(insert(Base.metadata.tables[name]), records)

@@ -104,9 +104,10 @@ def test_a_gpu_hosts_runs_are_added_beside_the_published_ones_and_then_gate(stor
     assert latest is not None
 
 
-def test_runs_of_two_stores_exported_into_one_folder_keep_all_their_metrics(tmp_path):
-    """Two GPU-host stores number their metrics alike (1, 2, ...): a folder gathering runs of
-    both (one performance-log entry, several device calls) must keep every metric of each."""
+def test_runs_of_several_stores_exported_into_one_folder_keep_all_their_metrics(tmp_path):
+    """GPU-host stores number their metrics alike (1, 2, ...): a folder gathering runs of
+    several (one performance-log entry, several device calls, published as they come) keeps
+    every metric of each, and adding it again adds only the runs not added before."""
     shipped = tmp_path / "entry"
     runs = []
     for n, name in enumerate(("call-1", "call-2")):
@@ -118,6 +119,12 @@ def test_runs_of_two_stores_exported_into_one_folder_keep_all_their_metrics(tmp_
         runs.append(run)
     local = fresh_store(tmp_path, "local")
     assert add_exported_runs(shipped, local) == runs
+    # A later device call's run exported into the same folder: the folder added again adds it alone.
+    host = fresh_store(tmp_path, "call-3")
+    later = record_run(host, nightly(2, workload="chat-16x64", hardware_class="cpu-x"),
+                       [MetricRecord("ours", "output_tok_s", 72.0, count=16)], pa.table({"request_index": [2]}))
+    export_evidence(host, shipped, [later])
+    assert add_exported_runs(shipped, local) == [later]
     with local.engine.connect() as conn:
         values = conn.execute(text("SELECT value FROM metrics ORDER BY value")).scalars().all()
-    assert values == [70.0, 71.0]
+    assert values == [70.0, 71.0, 72.0]
