@@ -75,9 +75,9 @@ def make_programmatic(graph: int) -> int:
     for a, b in chosen:
         src, dst = ctypes.c_void_p(a), ctypes.c_void_p(b)
         check(cuda.cuGraphRemoveDependencies_v2(handle, ctypes.byref(src), ctypes.byref(dst), None, 1),
-               "cuGraphRemoveDependencies")
+              "cuGraphRemoveDependencies")
         check(cuda.cuGraphAddDependencies_v2(handle, ctypes.byref(src), ctypes.byref(dst),
-                                              ctypes.byref(programmatic), 1), "cuGraphAddDependencies")
+                                             ctypes.byref(programmatic), 1), "cuGraphAddDependencies")
     return len(chosen)
 
 
