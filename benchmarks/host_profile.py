@@ -7,8 +7,11 @@ Usage: python3 benchmarks/host_profile.py [--workload fixed-256x128x128] [--mode
 
 --host-only replaces the forward pass and the sampler with stubs (hidden states and
 logits of zeros, so every token is 0), uploads each step's inputs into the CUDA graphs'
-static buffer as a GPU step does, and reports only full-batch decode steps (medians over
---reps rounds): the host's own cost of a steady-state decode step, measurable on a CPU host, e.g.
+static buffer and replays a stub of the decode graphs (the pending-token gather, token 0
+sampled), so decode steps take the GPU engine's host path; it reports only full-batch
+decode steps (medians over --reps rounds): the host's own cost of a steady-state decode
+step, measurable on a CPU host (without the CUDA calls' own cost: the upload's and the
+tokens' copies, the events, the graph launch), e.g.
   python3 benchmarks/host_profile.py --host-only --backend torch [--max-num-seqs 64]
 
 --prefill BATCHxTOKENS ... runs benchmarks/prefill.py's repetitions (fresh random prompts of
@@ -32,6 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.prefill import parse_shape, random_prompts  # noqa: E402
 from engine import LLM, SamplingParams  # noqa: E402
+from engine.cuda_graphs import DecodeBuckets  # noqa: E402
 from engine.model_runner import static_inputs  # noqa: E402
 from jobs.workloads import get_workload  # noqa: E402
 
@@ -113,14 +117,30 @@ def stub_model(llm: LLM) -> None:
     model.logits = lambda rows: logits[:rows.shape[0]]
 
 
+class StubDecodeGraphs(DecodeBuckets):
+    """The decode graphs' host side: a replay does on the device what a graph's first and
+    last kernels do (the rows' pending tokens gathered from `sampled`, a token sampled into
+    it: 0, as the stubbed model always gives)."""
+
+    def __init__(self, llm: LLM):
+        super().__init__(llm.config.max_num_seqs, llm.runner.device)
+        self.llm = llm
+
+    def replay(self, bucket: int, greedy: bool) -> torch.Tensor:
+        v = self.llm.runner.inputs.views
+        self.llm.model.ops.take_pending_tokens(v["token_ids"][:bucket], v["source_rows"][:bucket], self.sampled)
+        return self.sampled[:bucket].zero_()
+
+
 def host_only(llm: LLM, workload, reps: int) -> None:
     """Per phase, the mean µs of a full-batch decode step in each of `reps` rounds of the
     workload (a round's mean takes its block-crossing steps at their own rate), then the
     median over the rounds: the host's speed drifts between rounds more than within one."""
     stub_model(llm)
-    # Steps fill the graphs' static input buffer, as on a GPU with CUDA graphs (the forward
-    # pass itself stays the eager stub).
+    # Steps fill the graphs' static input buffer and decode steps replay the graphs' stub,
+    # as on a GPU with CUDA graphs (steps with prefill run the eager stub).
     llm.runner.inputs = static_inputs(llm.config, llm.runner.device)
+    llm.runner.graphs = StubDecodeGraphs(llm)
     steps_scheduled = []
     schedule = llm.scheduler.schedule
     llm.scheduler.schedule = lambda: steps_scheduled.append(schedule()) or steps_scheduled[-1]

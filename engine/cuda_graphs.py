@@ -24,11 +24,24 @@ from engine.step_upload import StaticInputs
 _BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 
 
-class DecodeGraphs:
+class DecodeBuckets:
+    """What the runner sees of the decode graphs besides their replay: the padded batch sizes
+    they are captured at, and `sampled`, the buffer every step samples into."""
+
+    def __init__(self, max_num_seqs: int, device: torch.device):
+        self.buckets = sorted({b for b in _BUCKETS if b < max_num_seqs} | {max_num_seqs})
+        self.sampled = torch.zeros(max_num_seqs, dtype=torch.int64, device=device)
+
+    def bucket_for(self, batch_size: int) -> int | None:
+        """The smallest bucket that holds the batch; None if it is larger than all."""
+        return next((b for b in self.buckets if b >= batch_size), None)
+
+
+class DecodeGraphs(DecodeBuckets):
     def __init__(self, config: EngineConfig, model: LlamaModel, kv_cache: torch.Tensor, inputs: StaticInputs):
+        super().__init__(config.max_num_seqs, kv_cache.device)
         self.model, self.kv_cache, self.max_model_len = model, kv_cache, config.max_model_len
         self.inputs = inputs.views
-        self.buckets = sorted({b for b in _BUCKETS if b < config.max_num_seqs} | {config.max_num_seqs})
         # What a padding row holds, for the warm-up runs and captures (the runner's uploads
         # pad the same way).
         v = self.inputs
@@ -37,7 +50,6 @@ class DecodeGraphs:
         v["top_p"].fill_(1)
         v["query_start"].copy_(torch.arange(len(v["query_start"]), dtype=torch.int32))
         v["source_rows"].fill_(-1)
-        self.sampled = torch.zeros(config.max_num_seqs, dtype=torch.int64, device=kv_cache.device)
         self._graphs: dict[tuple[int, bool], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.side_stream = model.ops.new_stream()
         pool = torch.cuda.graph_pool_handle()
@@ -45,10 +57,6 @@ class DecodeGraphs:
             for greedy in (True, False):
                 self._graphs[bucket, greedy] = capture(lambda b=bucket, g=greedy: self._step(b, g), pool,
                                                        self.side_stream, config.programmatic_launch)
-
-    def bucket_for(self, batch_size: int) -> int | None:
-        """The smallest bucket that holds the batch; None if it is larger than all."""
-        return next((b for b in self.buckets if b >= batch_size), None)
 
     def graph(self, bucket: int, greedy: bool) -> torch.cuda.CUDAGraph:
         """The captured graph itself, for benchmarks that replay it on staged inputs."""

@@ -5,11 +5,11 @@ per-sequence builder over the scheduler's own state."""
 from __future__ import annotations
 
 import numpy as np
-import torch
 import pytest
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.cuda_graphs import DecodeBuckets
 from engine.detokenizer import StopChecker
 from engine.input_batch import InputBatch
 from engine.model_runner import ModelRunner, StepInputs, StepLayout, static_inputs
@@ -293,18 +293,15 @@ def test_inputs_equal_the_per_sequence_builder_on_mixed_steps(pad_to):
     assert kinds == {"prefill", "mixed", "decode"}
 
 
-class EagerBuckets:
+class EagerBuckets(DecodeBuckets):
     """Stands in for engine.cuda_graphs.DecodeGraphs on the CPU: decode-only steps get
     the same bucket-padded inputs in the runner's static buffer, run eagerly on views of
     it as a graph would (the pending tokens taken from `sampled`, where every step
     samples), and return one token per bucket row."""
 
     def __init__(self, llm, buckets):
-        self.llm, self.buckets, self.replays = llm, buckets, []
-        self.sampled = torch.zeros(llm.config.max_num_seqs, dtype=torch.int64)
-
-    def bucket_for(self, batch_size):
-        return next((b for b in self.buckets if b >= batch_size), None)
+        super().__init__(llm.config.max_num_seqs, llm.device)
+        self.llm, self.buckets, self.replays = llm, list(buckets), []
 
     def replay(self, bucket, greedy):
         self.replays.append(bucket)
