@@ -19,7 +19,8 @@ from tests.tiny_model import tiny_model  # noqa: F401  (a fixture)
 
 # 20 ms more per sampling call: cpu-small's ~33 steps lose ~0.7 s, several times the tiny
 # model's whole run, far past run-to-run noise.
-SLOWDOWN = "\n_sample = TorchOps.sample\nTorchOps.sample = lambda self, *a: (__import__('time').sleep(0.02), _sample(self, *a))[1]\n"
+SLOWDOWN = ("\n_sample = TorchOps.sample\nTorchOps.sample = lambda self, *a, **k: "
+            "(__import__('time').sleep(0.02), _sample(self, *a, **k))[1]\n")
 
 
 def git(repo, *args) -> str:
