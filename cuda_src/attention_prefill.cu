@@ -26,6 +26,12 @@
 // (BM + 2 stages x (K, V) x BN) x 128 bytes + 1024 (the tiles start 1024-byte aligned).
 // grid.y runs the tiles backwards: the longest (last) tiles start first, and the heads of one
 // KV head sit side by side, so their K/V reads meet in L2.
+// Split keys (wgmma kernel): when one long prompt makes too few blocks to fill the GPU, its
+// longest tile's chain of K/V tiles sets the kernel's time. The host then gives the first
+// `split_rows` rows of the grid (the longest tiles) `parts` blocks each, side by side in
+// grid.y; each takes an even share of the tile's K/V tiles, leaves its unnormalised output
+// and (m, l) in `partials`, and the last of them to finish (a counter per tile, which it
+// zeroes again) merges the others' into its own and stores the rows.
 #include <type_traits>
 
 #include "wgmma.cuh"
@@ -169,11 +175,12 @@ struct QueryTile {
     int first_row, q0, n, L, kvh, bs_shift;
     const int* table;
 
-    static __device__ __forceinline__ QueryTile of_block(int BM, const int* block_tables, int max_blocks,
-                                                         const int* seq_lens, const int* query_start_loc, int nh,
-                                                         int nkv, int bs) {
+    // tile: the block's tile counted from the sequence's last (the grid's order), of `tiles`.
+    static __device__ __forceinline__ QueryTile of_block(int BM, int tile, int tiles, const int* block_tables,
+                                                         int max_blocks, const int* seq_lens,
+                                                         const int* query_start_loc, int nh, int nkv, int bs) {
         const int b = blockIdx.z, q0 = query_start_loc[b];
-        return {(int)(gridDim.y - 1 - blockIdx.y) * BM, q0, query_start_loc[b + 1] - q0, seq_lens[b],
+        return {(tiles - 1 - tile) * BM, q0, query_start_loc[b + 1] - q0, seq_lens[b],
                 (int)blockIdx.x / (nh / nkv), __ffs(bs) - 1,   // the host keeps bs a power of two
                 block_tables + (int64_t)b * max_blocks};
     }
@@ -183,6 +190,68 @@ struct QueryTile {
     __device__ __forceinline__ int visible_to_all() const { return L - n + first_row; }   // no row masks keys below
     __device__ __forceinline__ int kv_end(int BM) const { return L - n + min(n, first_row + BM); }
 };
+
+// The tile a block of the wgmma kernel takes, and its share of the tile's K/V tiles (see
+// "Split keys" above): the first split_rows rows of the grid, `parts` blocks each. Without
+// SPLIT the block takes its whole tile, and the constants fold away.
+struct KeySplit {
+    int tile, tiles, part, parts;
+
+    template <bool SPLIT> static __device__ __forceinline__ KeySplit of_block(int split_rows, int parts) {
+        if constexpr (!SPLIT) return {(int)blockIdx.y, (int)gridDim.y, 0, 1};
+        const int y = blockIdx.y, tiles = gridDim.y - split_rows * (parts - 1);
+        if (y < split_rows * parts) return {y / parts, tiles, y % parts, parts};
+        return {y - split_rows * (parts - 1), tiles, 0, 1};
+    }
+    __device__ __forceinline__ int first(int kv_tiles) const { return part * kv_tiles / parts; }
+    __device__ __forceinline__ int end(int kv_tiles) const { return (part + 1) * kv_tiles / parts; }
+};
+
+// A split tile's block once its keys are done: leaves its o, m and l (per thread, as the
+// registers hold them) in its slot of `partials`, and returns whether it was the last of the
+// tile's blocks to do so. That one zeroes the tile's counter for the next launch and merges
+// every part's state into o, m, l in part order, its own read back like the others', so the
+// result does not depend on which block came last.
+template <int D, int NTHREADS>
+__device__ bool merge_parts(float (&o)[D / 8][4], float (&m)[2], float (&l)[2], float* partials, int* counter,
+                            int part, int parts) {
+    constexpr int O = D / 2, WORDS = O + 4;   // a thread's o, then m[2] and l[2]
+    float* mine = partials + (int64_t)part * WORDS * NTHREADS + threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < O; ++i) mine[i * NTHREADS] = o[i / 4][i % 4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        mine[(O + i) * NTHREADS] = m[i];
+        mine[(O + 2 + i) * NTHREADS] = l[i];
+    }
+    __threadfence();              // the state is visible to the GPU before the count says so
+    __syncthreads();
+    __shared__ int arrived;
+    if (threadIdx.x == 0) arrived = atomicAdd(counter, 1);
+    __syncthreads();
+    if (arrived != parts - 1) return false;
+    __threadfence();
+    if (threadIdx.x == 0) *counter = 0;
+    for (int p = 0; p < parts; ++p) {
+        const float* part_state = partials + (int64_t)p * WORDS * NTHREADS + threadIdx.x;
+        float old_scale[2], new_scale[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const float mp = __ldcg(part_state + (O + i) * NTHREADS), lp = __ldcg(part_state + (O + 2 + i) * NTHREADS);
+            const float m_new = p == 0 ? mp : fmaxf(m[i], mp), base = m_new == -INFINITY ? 0.f : m_new;
+            old_scale[i] = p == 0 ? 0.f : exp2_ftz(m[i] - base);
+            new_scale[i] = exp2_ftz(mp - base);
+            l[i] = (p == 0 ? 0.f : l[i] * old_scale[i]) + lp * new_scale[i];
+            m[i] = m_new;
+        }
+#pragma unroll
+        for (int i = 0; i < O; ++i) {   // element e of o[dt] belongs to row e / 2
+            const float prev = p == 0 ? 0.f : o[i / 4][i % 4] * old_scale[i % 4 / 2];
+            o[i / 4][i % 4] = prev + __ldcg(part_state + i * NTHREADS) * new_scale[i % 4 / 2];
+        }
+    }
+    return true;
+}
 
 template <typename T, int D, int MT, typename Op = typename Operand<T>::type>
 __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k_cache,
@@ -196,7 +265,8 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
     KVTile* ks = reinterpret_cast<KVTile*>(smem);   // [2 stages]
     KVTile* vs = ks + 2;
 
-    const QueryTile qt = QueryTile::of_block(BM, block_tables, max_blocks, seq_lens, query_start_loc, nh, nkv, bs);
+    const QueryTile qt = QueryTile::of_block(BM, blockIdx.y, gridDim.y, block_tables, max_blocks, seq_lens,
+                                             query_start_loc, nh, nkv, bs);
     if (qt.first_row >= qt.n) return;
     const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int r = lane / 4, cq = (lane % 4) * 2;  // fragment row / column pair of this lane
@@ -294,12 +364,13 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
 // The same with wgmma (sm_90a; elsewhere it traps, and the host does not launch it there).
 // Warpgroup w of the block owns query rows 64 w .. 64 w + 63; its warp owns 16 of them, so
 // a lane's rows, scores and outputs sit where they do in attn_prefill at MT = 1.
-template <typename T, int WG>
+template <typename T, int WG, bool SPLIT>
 __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k_cache,
                                    const T* __restrict__ v_cache, const int* __restrict__ block_tables,
                                    int max_blocks, const int* __restrict__ seq_lens,
                                    const int* __restrict__ query_start_loc, T* __restrict__ out, int nh, int nkv,
-                                   int bs, float scale_log2) {
+                                   int bs, float scale_log2, int split_rows, int parts, float* partials,
+                                   int* counters) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int D = 64, BM = 64 * WG, NTHREADS = 128 * WG, ROW = D * 2, TILE = BN * ROW, ALIGN = 1024;
     static_assert(ROW == 128 && TILE % ALIGN == 0, "rows of 128 bytes, tiles 1024-byte aligned");
@@ -309,7 +380,9 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
     auto k_tile = [&](int stage) { return smem + BM * ROW + 2 * stage * TILE; };
     auto v_tile = [&](int stage) { return k_tile(stage) + TILE; };
 
-    const QueryTile qt = QueryTile::of_block(BM, block_tables, max_blocks, seq_lens, query_start_loc, nh, nkv, bs);
+    const KeySplit split = KeySplit::of_block<SPLIT>(split_rows, parts);
+    const QueryTile qt = QueryTile::of_block(BM, split.tile, split.tiles, block_tables, max_blocks, seq_lens,
+                                             query_start_loc, nh, nkv, bs);
     if (qt.first_row >= qt.n) return;
     const int h = blockIdx.x, wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const int r = lane / 4, cq = (lane % 4) * 2;
@@ -321,11 +394,12 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
                    q + (int64_t)(qt.q0 + qt.row_q(qt.first_row + row)) * q_stride + (int64_t)h * D + c, true);
     }
     const int kv_end = qt.kv_end(BM), kv_tiles = (kv_end + BN - 1) / BN;
+    const int t_first = split.first(kv_tiles), t_end = split.end(kv_tiles);
     auto load = [&](int stage, int kv0) {
         load_kv_tile<T, T, D, SwizzledRows, NTHREADS>(k_tile(stage), v_tile(stage), k_cache, v_cache, qt.table,
                                                       qt.bs_shift, nkv, qt.kvh, kv0, kv_end);
     };
-    load(0, 0);
+    load(0, t_first * BN);
     cp_async_commit();
 
     int qi[2], lim[2];
@@ -340,8 +414,8 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
     float o[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     uint32_t hi[BN / 16][4], lo[BN / 16][4];   // P as operands: read by the wgmmas until their wait
     const uint64_t q_desc = tile_descriptor(qs + wg * 64 * ROW);
-    for (int t = 0; t < kv_tiles; ++t) {
-        const int kv0 = t * BN, stage = t & 1;
+    for (int t = t_first; t < t_end; ++t) {
+        const int kv0 = t * BN, stage = (t - t_first) & 1;
         cp_async_wait<0>();       // this thread's copies of tile t have landed ...
         fence_async_proxy();      // ... visible to the tensor cores ...
         __syncthreads();          // ... and everyone's
@@ -356,7 +430,7 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
         fence_registers(s);
         fence_registers(o);
         __syncthreads();          // every warpgroup's previous P V is done: its stage may be refilled
-        if (t + 1 < kv_tiles) load(stage ^ 1, kv0 + BN);
+        if (t + 1 < t_end) load(stage ^ 1, kv0 + BN);
         cp_async_commit();
         softmax_step<D>(s, m, l, o, lim, kv0, cq, kv0 + BN - 1 > qt.visible_to_all(), scale_log2);
 
@@ -373,6 +447,12 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
     }
     wgmma_wait<0>();
     fence_registers(o);
+    if constexpr (SPLIT) if (split.parts > 1) {
+        const int64_t slot = ((int64_t)blockIdx.z * split_rows + split.tile) * nh + h;
+        if (!merge_parts<D, NTHREADS>(o, m, l, partials + slot * parts * (D / 2 + 4) * NTHREADS, counters + slot,
+                                      split.part, parts))
+            return;
+    }
     store_rows<T, D>(o, l, qi, qt.n, out, qt.q0, nh, h, cq);
 #else
     __trap();
@@ -393,14 +473,26 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
 #define PREFILL_ALL(T, N) PREFILL(T, N, 64, 1) PREFILL(T, N, 64, 2) PREFILL(T, N, 128, 1)
 FOR_EACH_DTYPE(PREFILL_ALL)
 
-// wgmma: 128 registers a thread at most, so an SM holds 4 / WG blocks.
+// wgmma: 128 registers a thread at most, so an SM holds 4 / WG blocks. The _split_ kernel
+// splits the keys of the grid's first split_rows rows; the plain one leaves those
+// parameters unused (one signature for both), and its code has no trace of the split.
+#define PREFILL_WG_CALL(T, WG, SPLIT)                                                                          \
+    attn_prefill_wgmma<T, WG, SPLIT>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens,        \
+                                     query_start_loc, out, nh, nkv, bs, scale_log2, split_rows, parts,         \
+                                     partials, counters)
 #define PREFILL_WG(T, N, WG)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(128 * WG, 4 / WG) attn_prefill_wg_##N##_d64_m##WG(          \
-        const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, const int* block_tables,            \
+    extern "C" __global__ void __launch_bounds__(128 * WG, 4 / WG) attn_prefill_wg_##N##_d64_m##WG(            \
+        const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, const int* block_tables,             \
         int max_blocks, const int* seq_lens, const int* query_start_loc, T* out, int nh, int nkv, int bs,      \
-        float scale_log2) {                                                                                    \
+        float scale_log2, int split_rows, int parts, float* partials, int* counters) {                         \
         pdl_start();                                                                                           \
-        attn_prefill_wgmma<T, WG>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens,           \
-                                  query_start_loc, out, nh, nkv, bs, scale_log2);                              \
+        PREFILL_WG_CALL(T, WG, false);                                                                         \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(128 * WG, 4 / WG) attn_prefill_wg_split_##N##_d64_m##WG(      \
+        const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, const int* block_tables,             \
+        int max_blocks, const int* seq_lens, const int* query_start_loc, T* out, int nh, int nkv, int bs,      \
+        float scale_log2, int split_rows, int parts, float* partials, int* counters) {                         \
+        pdl_start();                                                                                           \
+        PREFILL_WG_CALL(T, WG, true);                                                                          \
     }
 PREFILL_WG(bf16, bf16, 1) PREFILL_WG(bf16, bf16, 2) PREFILL_WG(f16, f16, 1) PREFILL_WG(f16, f16, 2)

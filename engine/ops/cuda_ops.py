@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import atexit
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -17,7 +17,8 @@ import torch
 from engine.config import EngineConfig
 from engine.ops import cuda_build
 from engine.ops.base import Ops, SamplingTensors
-from engine.ops.kernel_table import DECODE_GROUPS, GEMM_TILES, KERNELS, PREFILL_SHAPES, GemmTile, constant
+from engine.ops.kernel_table import (DECODE_GROUPS, GEMM_TILES, KERNELS, PREFILL_SHAPES, PREFILL_WG_SHAPES, GemmTile,
+                                     constant)
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 _ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
@@ -30,6 +31,9 @@ _PREFILL_BLOCKS_PER_SM = constant("PREFILL_BLOCKS_PER_SM")
 # rounds: 64x1000 63.7/63.4 against 64.3/67.2, 16x2000 37.0/36.9 against 37.7/39.7; 8x3000
 # even; 4x4000 and 1x8000 faster at 128; docs/performance.md, session 25).
 _PREFILL_TALL_MIN_QUERY = 2048
+# Split keys (cuda_src/attention_prefill.cu): a block takes at least this many K/V tiles
+# (against the merge's cost), and a tile is split into at most this many blocks.
+_PREFILL_MIN_PART_TILES, _PREFILL_MAX_PARTS = 8, 4
 _DECODE_THREADS = constant("DECODE_THREADS")
 _MIN_CHUNK, _MAX_CHUNK = constant("DECODE_MIN_CHUNK"), constant("DECODE_MAX_CHUNK")
 _CHUNK_ALIGN = constant("DECODE_CHUNK_ALIGN")
@@ -104,9 +108,37 @@ class FewRowsDecode:
 
 @dataclass(frozen=True)
 class PrefillTiles:
-    """A prefill step's query tiles (one per 64 * m_tiles queries of each sequence), by the
-    m-tiles per warp of each prefill kernel shape: what CudaOps.prefill_m_tiles weighs."""
-    by_m_tiles: dict
+    """A prefill step's sequences: new tokens and context lengths. What the prefill kernels'
+    grids weigh: the query tiles at each height (prefill_m_tiles), and the K/V tiles each
+    reads (prefill_split), worked out once a step and kept."""
+    query_lens: np.ndarray
+    seq_lens: np.ndarray
+    by_m_tiles: dict                                     # m-tiles (64-row units): query tiles
+    _splits: dict = field(default_factory=dict, compare=False, repr=False)   # (m-tiles, nh): prefill_split's
+
+    @classmethod
+    def of_step(cls, query_lens: np.ndarray, seq_lens: np.ndarray) -> "PrefillTiles":
+        tiles = {mt: int(np.ceil(query_lens / (_PREFILL_ROWS_PER_M_TILE * mt)).sum()) for mt in (1, 2)}
+        return cls(query_lens, seq_lens, tiles)
+
+    def key_tiles(self, m_tiles: int) -> tuple[np.ndarray, int]:
+        """Per row of the grid at this tile height (its order: each sequence's last tile
+        first), the K/V tiles of BN keys the row's longest query tile reads; and what all
+        the query tiles read together."""
+        rows = _PREFILL_ROWS_PER_M_TILE * m_tiles
+        tiles = -(-self.query_lens // rows)
+        seq = np.repeat(np.arange(len(tiles)), tiles)
+        tile = np.arange(seq.size) - np.repeat(np.cumsum(tiles) - tiles, tiles)   # within its sequence
+        n = self.query_lens[seq]
+        kv_tiles = -(-(self.seq_lens[seq] - n + np.minimum(n, (tile + 1) * rows)) // _PREFILL_KEYS)
+        by_row = np.zeros(tiles.max(), np.int64)
+        np.maximum.at(by_row, tiles.max() - 1 - tile, kv_tiles)
+        return by_row, int(kv_tiles.sum())
+
+
+def _prefill_wg_smem(m_tiles: int, d: int) -> int:
+    """The wgmma prefill kernel's shared memory: Q, 2 stages of K and V; 1 KB for alignment."""
+    return (_PREFILL_ROWS_PER_M_TILE * m_tiles + 2 * 2 * _PREFILL_KEYS) * d * 2 + 1024
 
 
 class CudaOps(Ops):
@@ -147,6 +179,11 @@ class CudaOps(Ops):
         # The GEMM tiles this device runs (wgmma needs sm_90a's features), and the blocks an
         # SM holds of each (the f16 kernels are the bf16 ones' code): shared memory runs out.
         self.gemm_tiles = [t for t in GEMM_TILES if t.unit == "mma" or arch == "sm_90a"]
+        # Blocks of the 64-row wgmma prefill kernel the GPU runs at once (see prefill_split),
+        # and the buffer of split tiles' partial states (one for all launches: they are ordered).
+        self._prefill_slots = {mt: self.num_sms * self._k["prefill_wg", "bf16", 64, mt, True].blocks_per_sm(
+            128 * mt, _prefill_wg_smem(mt, 64)) for mt in PREFILL_WG_SHAPES} if self.prefill_wgmma else {}
+        self._prefill_partials = torch.empty(0, dtype=torch.float32, device="cuda")
         self._gemm_blocks = {tile: self._k["gemm", "bf16", tile].blocks_per_sm(128, _gemm_smem(tile))
                              for tile in self.gemm_tiles}
         # Decode attention's per-(sequence, KV head) split counters. Kernels leave them
@@ -161,10 +198,10 @@ class CudaOps(Ops):
     def plan_step(self, query_lens, seq_lens) -> PrefillTiles | None:
         """A step with prefill: its query tiles at each prefill tile height. Nothing else:
         the kernels read the lengths on the device (and decode plans there, see plan_decode)."""
-        query_lens = np.asarray(query_lens)
+        query_lens = np.asarray(query_lens, np.int64)
         if len(query_lens) == 0 or query_lens.max() <= 1:
             return None
-        return PrefillTiles({mt: int(np.ceil(query_lens / (_PREFILL_ROWS_PER_M_TILE * mt)).sum()) for mt in (1, 2)})
+        return PrefillTiles.of_step(query_lens, np.asarray(seq_lens, np.int64))
 
     def new_stream(self) -> torch.cuda.ExternalStream:
         """A torch stream these kernels can run on (beside the default one): for side work
@@ -372,19 +409,56 @@ class CudaOps(Ops):
             meta.seq_lens.shape[0] * math.ceil(meta.max_query_len / tall)     # a bound, where no plan was made
         return 2 if nh * tiles >= 2 * self.num_sms * _PREFILL_BLOCKS_PER_SM else 1
 
+    def prefill_split(self, meta, nh: int, m_tiles: int) -> tuple[int, int]:
+        """(parts, rows): the first `rows` rows of the wgmma prefill grid (the longest tiles)
+        take `parts` blocks each, each an even share of the tile's keys. Only where the
+        step's blocks are fewer than the GPU runs at once (a prompt of up to ~3,500 tokens
+        alone, at 9 heads): then every block starts at once and the longest tile's chain
+        of K/V tiles sets the kernel's time, while slots idle. Where the blocks fill the GPU
+        it is busy throughout, and a split only adds the merge (1 x 4,000 at 9 heads, 567
+        blocks of 528: 111 against 121 us a layer, docs/performance.md, session 26). A
+        block's fair share is every query tile's K/V tiles over the slots (at least
+        _PREFILL_MIN_PART_TILES); rows whose longest tile reads more are split, into as
+        many parts as the longest needs (at most _PREFILL_MAX_PARTS). (1, 0): nothing is
+        split. Worked out once a step."""
+        plan = meta.plan
+        if not isinstance(plan, PrefillTiles) or not self.prefill_wgmma:
+            return 1, 0
+        slots = self._prefill_slots[m_tiles]
+        if (m_tiles, nh) not in plan._splits:
+            plan._splits[m_tiles, nh] = (1, 0)
+            if nh * plan.by_m_tiles[m_tiles] < slots:
+                key_tiles, total = plan.key_tiles(m_tiles)
+                share = max(_PREFILL_MIN_PART_TILES, math.ceil(nh * total / slots))
+                longer = np.flatnonzero(key_tiles > share)
+                if longer.size:
+                    parts = min(_PREFILL_MAX_PARTS, math.ceil(key_tiles.max() / share))
+                    plan._splits[m_tiles, nh] = parts, int(longer[-1]) + 1
+        return plan._splits[m_tiles, nh]
+
     def _prefill(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs):
+        # The wgmma kernel copies q's rows into shared memory 16 bytes at a time: they must be aligned so.
+        wgmma = self.prefill_wgmma and dt != "f32" and d == 64 and q.stride(0) % 8 == 0 and q.data_ptr() % 16 == 0
         mt = self.prefill_m_tiles(meta, nh, d)
-        rows = _PREFILL_ROWS_PER_M_TILE * mt
-        grid = (nh, math.ceil(meta.max_query_len / rows), B)
+        tiles = math.ceil(meta.max_query_len / (_PREFILL_ROWS_PER_M_TILE * mt))
         args = (q, q.stride(0), k_cache, v_cache, meta.block_tables, meta.block_tables.shape[1], meta.seq_lens,
                 meta.query_start_loc, out, nh, nkv, bs, float(scale * math.log2(math.e)))
-        # The wgmma kernel copies q's rows into shared memory 16 bytes at a time: they must be aligned so.
-        if self.prefill_wgmma and dt != "f32" and d == 64 and q.stride(0) % 8 == 0 and q.data_ptr() % 16 == 0:
-            smem = (rows + 2 * 2 * _PREFILL_KEYS) * d * 2 + 1024    # Q, 2 stages of K and V; 1 KB alignment
-            self._k["prefill_wg", dt, d, mt](grid, 128 * mt, *args, shared=smem)
+        if wgmma:
+            parts, rows = self.prefill_split(meta, nh, mt)
+            partials = counters = None
+            if parts > 1:
+                partials = self._partials(B * rows * nh * parts * (d // 2 + 4) * 128 * mt)   # o, m, l a thread
+                counters = self._counters(B * rows * nh, q.device)
+            self._k["prefill_wg", dt, d, mt, parts > 1]((nh, tiles + rows * (parts - 1), B), 128 * mt, *args, rows,
+                                                        parts, partials, counters, shared=_prefill_wg_smem(mt, d))
         else:
-            self._k["prefill", dt, d, mt](grid, 128, *args,
+            self._k["prefill", dt, d, mt]((nh, tiles, B), 128, *args,
                                           shared=2 * 2 * _PREFILL_KEYS * (d + _PREFILL_PAD) * 2)  # K, V; 2 stages
+
+    def _partials(self, n: int) -> torch.Tensor:
+        if self._prefill_partials.numel() < n:
+            self._prefill_partials = torch.empty(n, dtype=torch.float32, device="cuda")
+        return self._prefill_partials
 
     def plan_decode(self, meta, dt: str, nh: int, nkv: int, d: int) -> DecodeWorkList:
         """Launch plan_decode for the step of `meta`; its work list. The buffers are sized

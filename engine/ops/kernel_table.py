@@ -102,8 +102,9 @@ def _specs() -> list[KernelSpec]:
         specs += [KernelSpec(("prefill", dt, d, mt), "attention_prefill", f"attn_prefill_{dt}_d{d}_m{mt}",
                              "PlPPPiPPPiiif") for d, mt in PREFILL_SHAPES]
         if dt != "f32":
-            specs += [KernelSpec(("prefill_wg", dt, 64, wg), "attention_prefill", f"attn_prefill_wg_{dt}_d64_m{wg}",
-                                 "PlPPPiPPPiiif") for wg in PREFILL_WG_SHAPES]
+            specs += [KernelSpec(("prefill_wg", dt, 64, wg, split), "attention_prefill",
+                                 f"attn_prefill_wg_{'split_' if split else ''}{dt}_d64_m{wg}", "PlPPPiPPPiiifiiPP")
+                      for wg in PREFILL_WG_SHAPES for split in (False, True)]
         for d in HEAD_DIMS:
             specs += [KernelSpec(("decode", dt, d, g), "attention_decode", f"attn_decode_{dt}_d{d}_g{g}",
                                  "PlPPPiPPPPPPiiifPPPPPPi") for g in DECODE_GROUPS]

@@ -276,15 +276,20 @@ def paged_batch(query_lens, seq_lens, nh, nkv, d, dtype, bs=16):
         query_start_loc=dev(qsl, torch.int32), seq_lens=dev(seq_lens, torch.int32),
         block_tables=dev(tables, torch.int32), slot_mapping=torch.zeros(T, dtype=torch.int64, device="cuda"),
         max_query_len=max(query_lens), max_seq_len=max(seq_lens),
-        plan=REF.plan_step(query_lens, seq_lens))   # the cuda ops plan nothing; the reference does
+        plan=REF.plan_step(query_lens, seq_lens))
     step = Step(LayerShape(nh, nkv, d, d ** -0.5, 1e-5), positions=None, cos_sin=None, meta=meta)
     return q, kv_cache, step
+
+
+def planned_by(ops, step, query_lens, seq_lens):
+    """The step with `ops`'s own plan in place of the reference's, as the engine makes it."""
+    return dataclasses.replace(step, meta=dataclasses.replace(step.meta, plan=ops.plan_step(query_lens, seq_lens)))
 
 
 def check_attention(ops, query_lens, seq_lens, nh, nkv, d, dtype, bs=16):
     q, kv, step = paged_batch(query_lens, seq_lens, nh, nkv, d, dtype, bs)
     poison_next((q.shape[0], nh, d), dtype)
-    out = ops.attention(q, kv, step)
+    out = ops.attention(q, kv, planned_by(ops, step, query_lens, seq_lens))
     ref = REF.attention(q.float(), kv.float(), step)
     assert rel_err(out, ref) <= 1e-2
 
@@ -540,7 +545,7 @@ def test_prefill_takes_tall_tiles_only_for_long_queries_that_fill_the_gpu(ops):
                              max_query_len=4000, max_seq_len=4000)
     slots = 2 * ops.num_sms * 2                       # twice every slot of BLOCKS_PER_SM = 2
     one_prompt = dataclasses.replace(meta, plan=ops.plan_step([4000], [4000]))
-    assert one_prompt.plan == PrefillTiles({1: 63, 2: 32})
+    assert isinstance(one_prompt.plan, PrefillTiles) and one_prompt.plan.by_m_tiles == {1: 63, 2: 32}
     assert ops.prefill_m_tiles(one_prompt, 9, 64) == (2 if 9 * 32 >= slots else 1)
     many = dataclasses.replace(meta, plan=ops.plan_step([3000] * 64, [3000] * 64), max_query_len=3000)
     assert ops.prefill_m_tiles(many, 9, 64) == 2
@@ -548,6 +553,59 @@ def test_prefill_takes_tall_tiles_only_for_long_queries_that_fill_the_gpu(ops):
     short = dataclasses.replace(meta, plan=ops.plan_step([2048] * 64, [2048] * 64), max_query_len=2048)
     assert ops.prefill_m_tiles(short, 9, 64) == 1      # short K/V chains: 64-row tiles, however many
     assert ops.plan_step([1, 1], [5, 9]) is None       # decode: nothing to plan
+
+
+def test_prefill_plan_counts_each_grid_rows_longest_key_chain(ops):
+    # Grid rows run each sequence's tiles backwards: row 0 holds every sequence's last tile.
+    # [130 after 70 cached], 64-row tiles: they read 134, 198 and 200 keys, 3, 4 and 4 K/V
+    # tiles of 64; [1 after 899]: one tile, 900 keys, 15 K/V tiles, in the first's grid row.
+    plan = ops.plan_step([130, 1], [200, 900])
+    rows, total = plan.key_tiles(1)
+    assert rows.tolist() == [4, 4, 15] and total == 3 + 4 + 4 + 15
+    rows, total = plan.key_tiles(2)                   # 128-row tiles: 198 and 200 keys
+    assert rows.tolist() == [4, 15] and total == 4 + 4 + 15
+
+
+def test_prefill_splits_keys_only_where_one_wave_would_wait_on_its_longest_tile(ops):
+    if not ops.prefill_wgmma:
+        pytest.skip("keys are split by the wgmma prefill kernel, which needs an sm_90a GPU")
+
+    def split(query_lens, seq_lens, m_tiles=1, nh=9):
+        meta = AttentionMetadata(query_start_loc=None, seq_lens=None, block_tables=None, slot_mapping=None,
+                                 max_query_len=max(query_lens), max_seq_len=max(seq_lens),
+                                 plan=ops.plan_step(query_lens, seq_lens))
+        return ops.prefill_split(meta, nh, m_tiles)
+
+    slots = ops._prefill_slots[1]
+    assert 9 * 32 < slots and 9 * 63 >= slots        # sm_90a: 132 SMs at least, 4 blocks each
+    share = max(8, math.ceil(9 * sum(range(1, 33)) / slots))                  # one 2,000-token prompt
+    assert split([2000], [2000]) == (min(4, math.ceil(32 / share)), 32 - share)   # its tiles of more keys
+    assert split([4000], [4000]) == (1, 0)                 # 567 blocks: the GPU is full, a split only costs
+    assert split([1000] * 64, [1000] * 64) == (1, 0)
+    assert split([400], [400]) == (1, 0)                   # chains of 7 K/V tiles: not worth a merge
+    assert split([64], [8000]) == (4, 1)                   # 125 K/V tiles a block, 4 parts at most
+    assert split([64], [8000], m_tiles=2) == (4, 1)        # a forced tile height splits as well
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("query_lens,seq_lens", [
+    ([2000], [2000]),                      # one prompt: too few blocks to fill the GPU
+    ([3000], [3000]),
+    ([1000], [6000]),                      # a chunk after a long cached prefix
+    ([256, 256, 1], [8000, 256, 300]),     # the split rows hold short tiles too: some parts get no keys
+    ([2500, 40, 1], [2600, 40, 3000]),
+])
+def test_prefill_split_tiles_merge_to_the_reference_launch_after_launch(ops, dtype, query_lens, seq_lens):
+    """The last block of a split tile merges every part's state and zeroes the tile's
+    counter: the result must be right, and the same at every launch."""
+    if not ops.prefill_wgmma:
+        pytest.skip("keys are split by the wgmma prefill kernel, which needs an sm_90a GPU")
+    q, kv, step = paged_batch(query_lens, seq_lens, 9, 3, 64, dtype)
+    ours = planned_by(ops, step, query_lens, seq_lens)
+    assert ops.prefill_split(ours.meta, 9, ops.prefill_m_tiles(ours.meta, 9, 64))[0] > 1
+    outs = [ops.attention(q, kv, ours) for _ in range(3)]
+    assert rel_err(outs[0], REF.attention(q.float(), kv.float(), step)) <= 1e-2
+    assert all(torch.equal(o, outs[0]) for o in outs[1:])
 
 
 def sampling_tensors(B, temperature, top_k=0, top_p=1.0):
