@@ -343,10 +343,15 @@ class CudaOps(Ops):
         for t in (q, k, v):
             if t.stride(2) != 1 or t.stride(1) != d:
                 raise ValueError("rope_and_cache needs each token's heads as contiguous d-vectors")
+            if t.data_ptr() % 16 or t.stride(0) % 8:
+                raise ValueError("rope_and_cache moves 16-byte vectors: q, k and v rows must be 16-byte aligned")
+        if d % 16:
+            raise ValueError(f"rope_and_cache needs a head dim that is a multiple of 16, not {d}")
         if T:
             positions, cos_sin, slots = _rope_inputs(step)
-            self._k["rope", _dtype_name(q)](T, 128, q, k, v, positions, cos_sin, k_cache, v_cache, slots, nh, nkv, d,
-                                            q.stride(0), k.stride(0), v.stride(0))
+            items = T * ((nh + nkv) * d // 16 + nkv * d // 8)    # a thread each: see cuda_src/rope_cache.cu
+            self._k["rope", _dtype_name(q)](math.ceil(items / 256), 256, q, k, v, positions, cos_sin, k_cache,
+                                            v_cache, slots, nh, nkv, d, q.stride(0), k.stride(0), v.stride(0), items)
 
     def attention_block(self, x, residual, layer, kv_cache, step):
         s, meta = step.shape, step.meta
@@ -548,8 +553,7 @@ class CudaOps(Ops):
         out = torch.empty((*x.shape[:-1], I), dtype=x.dtype, device=x.device)
         chunks = out.numel() // 8
         if chunks:
-            blocks = min(math.ceil(chunks / 256), self.num_sms * 8)
-            self._k["silu", _dtype_name(x)](blocks, 256, x, out, I, chunks)
+            self._k["silu", _dtype_name(x)](math.ceil(chunks / 256), 256, x, out, I, chunks)
         return out
 
     def take_pending_tokens(self, token_ids, source_rows, previous):

@@ -91,7 +91,7 @@ def _specs() -> list[KernelSpec]:
     for dt in DTYPES:
         specs += [KernelSpec(("rms_norm", dt), "rms_norm", f"rms_norm_{dt}", "PPPPPiif"),
                   KernelSpec(("silu", dt), "silu_mul", f"silu_and_mul_{dt}", "PPil"),
-                  KernelSpec(("rope", dt), "rope_cache", f"rope_and_cache_{dt}", "PPPPPPPPiiilll"),
+                  KernelSpec(("rope", dt), "rope_cache", f"rope_and_cache_{dt}", "PPPPPPPPiiillll"),
                   KernelSpec(("sample", dt), "sample", f"sample_{dt}", "PiPPPPPPi")]
         if dt != "f32":   # the gemv kernels read 16-bit weights only
             specs += [KernelSpec(("gemv_plain", dt), "gemv", f"gemv_plain_{dt}", "PPPiii"),

@@ -253,6 +253,19 @@ def test_rope_and_cache(ops, dtype, T, nh, nkv, d):
         assert rel_err(mine.nan_to_num(), theirs.nan_to_num()) <= tol(dtype)
 
 
+def test_rope_and_cache_refuses_rows_it_cannot_move_in_16_byte_vectors(ops):
+    T, nh, nkv, d = 5, 9, 3, 64
+    qkv = torch.randn(T, (nh + 2 * nkv) * d + 1, dtype=torch.bfloat16, device="cuda")   # rows of an odd width
+    q, k, v = (qkv[:, a:a + n * d].view(T, n, d) for a, n in ((0, nh), (nh * d, nkv), ((nh + nkv) * d, nkv)))
+    step = rope_step(torch.zeros(T, dtype=torch.int64, device="cuda"), torch.ones(16, d).cuda(),
+                     torch.arange(T, device="cuda"), nh, nkv, d)
+    cache = torch.zeros(2, 4, 16, nkv, d, dtype=torch.bfloat16, device="cuda")
+    before = qkv.clone()
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        ops.rope_and_cache(q, k, v, cache, step)
+    assert torch.equal(qkv, before) and not cache.any()      # nothing touched
+
+
 def paged_batch(query_lens, seq_lens, nh, nkv, d, dtype, bs=16):
     """Random paged KV cache [2, num_blocks, bs, nkv, d] with shuffled block tables, packed
     strided q, and the step (its metadata, the reference's plan; no RoPE table)."""
