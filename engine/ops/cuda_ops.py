@@ -397,12 +397,13 @@ class CudaOps(Ops):
             self._prefill(q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs)
         return out
 
-    def prefill_m_tiles(self, meta, nh: int, d: int) -> int:
+    def prefill_m_tiles(self, meta, nh: int, d: int, wgmma: bool) -> int:
         """The prefill tile's height in 64-row units: 16-row m-tiles per warp of the mma.sync
         kernel, warpgroups of the wgmma one. Two (128-query tiles) reuse each K/V tile
         twice, but make half as many blocks: they are taken where a query is longer than
-        _PREFILL_TALL_MIN_QUERY and the blocks still fill every slot of the GPU twice over;
-        a single long prompt is too few blocks, and its longest tile then sets the time."""
+        _PREFILL_TALL_MIN_QUERY and the blocks fill the GPU: every slot of the wgmma
+        kernel's once (prefill_split balances what is left), of the mma.sync kernel's twice
+        over. Fewer, and the longest tile sets the time."""
         if self.forced_m_tiles:
             if (d, self.forced_m_tiles) not in PREFILL_SHAPES:
                 raise ValueError(f"the prefill kernel has no {self.forced_m_tiles} m-tiles shape for head dim {d}")
@@ -412,39 +413,44 @@ class CudaOps(Ops):
         tall = 2 * _PREFILL_ROWS_PER_M_TILE
         tiles = meta.plan.by_m_tiles[2] if isinstance(meta.plan, PrefillTiles) else \
             meta.seq_lens.shape[0] * math.ceil(meta.max_query_len / tall)     # a bound, where no plan was made
-        return 2 if nh * tiles >= 2 * self.num_sms * _PREFILL_BLOCKS_PER_SM else 1
+        slots = self._prefill_slots[2] if wgmma else 2 * self.num_sms * _PREFILL_BLOCKS_PER_SM
+        return 2 if nh * tiles >= slots else 1
 
     def prefill_split(self, meta, nh: int, m_tiles: int) -> tuple[int, int]:
         """(parts, rows): the first `rows` rows of the wgmma prefill grid (the longest tiles)
-        take `parts` blocks each, each an even share of the tile's keys. Only where the
-        step's blocks are fewer than the GPU runs at once (a prompt of up to ~3,500 tokens
-        alone, at 9 heads): then every block starts at once and the longest tile's chain
-        of K/V tiles sets the kernel's time, while slots idle. Where the blocks fill the GPU
-        it is busy throughout, and a split only adds the merge (1 x 4,000 at 9 heads, 567
-        blocks of 528: 111 against 121 us a layer, docs/performance.md, session 26). A
-        block's fair share is every query tile's K/V tiles over the slots (at least
-        _PREFILL_MIN_PART_TILES); rows whose longest tile reads more are split, into as
-        many parts as the longest needs (at most _PREFILL_MAX_PARTS). (1, 0): nothing is
-        split. Worked out once a step."""
+        take `parts` blocks each, each an even share of the tile's keys; (1, 0): nothing is
+        split. A block's fair share is every query tile's K/V tiles over the GPU's slots
+        (at least _PREFILL_MIN_PART_TILES). Where the longest tile reads 1.5 times that or
+        more (a long prompt alone), it would set the kernel's time, and the tiles are split
+        into as many parts as it needs (at most _PREFILL_MAX_PARTS): only the rows whose
+        tiles read more than the share where all the blocks then start at once, else every
+        row, so that the grid stays longest first and no long tile starts last. Measured
+        on the H200, attention us a layer (docs/performance.md, session 26): 1 x 3,000
+        71.6 -> 63.1, 1 x 4,000 111.5 -> 99.7 (64 rows), 95.2 (128 rows); 1 x 6,000, whose
+        longest tile reads 1.2 shares, 170 -> 183 split. Worked out once a step."""
         plan = meta.plan
         if not isinstance(plan, PrefillTiles) or not self.prefill_wgmma:
             return 1, 0
-        slots = self._prefill_slots[m_tiles]
         if (m_tiles, nh) not in plan._splits:
-            plan._splits[m_tiles, nh] = (1, 0)
-            if nh * plan.by_m_tiles[m_tiles] < slots:
-                key_tiles, total = plan.key_tiles(m_tiles)
-                share = max(_PREFILL_MIN_PART_TILES, math.ceil(nh * total / slots))
-                longer = np.flatnonzero(key_tiles > share)
-                if longer.size:
-                    parts = min(_PREFILL_MAX_PARTS, math.ceil(key_tiles.max() / share))
-                    plan._splits[m_tiles, nh] = parts, int(longer[-1]) + 1
+            plan._splits[m_tiles, nh] = self._split_of(plan, nh, m_tiles)
         return plan._splits[m_tiles, nh]
+
+    def _split_of(self, plan: PrefillTiles, nh: int, m_tiles: int) -> tuple[int, int]:
+        slots = self._prefill_slots[m_tiles]
+        key_tiles, total = plan.key_tiles(m_tiles)
+        share = max(_PREFILL_MIN_PART_TILES, math.ceil(nh * total / slots))
+        longest = int(key_tiles.max())
+        if 2 * longest < 3 * share:
+            return 1, 0
+        parts = min(_PREFILL_MAX_PARTS, math.ceil(longest / share))
+        longer = int(np.flatnonzero(key_tiles > share)[-1]) + 1
+        one_wave = nh * (plan.by_m_tiles[m_tiles] + longer * (parts - 1)) <= slots
+        return parts, longer if one_wave else len(key_tiles)
 
     def _prefill(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs):
         # The wgmma kernel copies q's rows into shared memory 16 bytes at a time: they must be aligned so.
         wgmma = self.prefill_wgmma and dt != "f32" and d == 64 and q.stride(0) % 8 == 0 and q.data_ptr() % 16 == 0
-        mt = self.prefill_m_tiles(meta, nh, d)
+        mt = self.prefill_m_tiles(meta, nh, d, wgmma)
         tiles = math.ceil(meta.max_query_len / (_PREFILL_ROWS_PER_M_TILE * mt))
         args = (q, q.stride(0), k_cache, v_cache, meta.block_tables, meta.block_tables.shape[1], meta.seq_lens,
                 meta.query_start_loc, out, nh, nkv, bs, float(scale * math.log2(math.e)))
