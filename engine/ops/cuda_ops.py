@@ -135,6 +135,30 @@ class PrefillTiles:
         np.maximum.at(by_row, tiles.max() - 1 - tile, kv_tiles)
         return by_row, int(kv_tiles.sum())
 
+    def split(self, nh: int, m_tiles: int, slots: int) -> tuple[int, int]:
+        """(parts, rows): the first `rows` rows of the wgmma prefill grid at this tile height
+        (the longest tiles) take `parts` blocks each, each an even share of the tile's keys,
+        on a GPU that runs `slots` such blocks at once; (1, 0): nothing is split.
+
+        A block's fair share is every query tile's K/V tiles over the slots (at least
+        _PREFILL_MIN_PART_TILES). Where the longest tile reads 1.5 shares or more (a long
+        prompt alone), it would set the kernel's time, and the tiles are split into as many
+        parts as it needs (at most _PREFILL_MAX_PARTS): only the rows whose tiles read
+        more than a share where all the blocks then start at once, else every row, so that
+        the grid stays longest first and no long tile starts last. Measured on the H200,
+        attention us a layer (docs/performance.md, session 26): 1 x 3,000 71.6 -> 63.1,
+        1 x 4,000 111.5 -> 99.7 (64 rows), 95.2 (128 rows); 1 x 6,000, whose longest tile
+        reads 1.2 shares, 170 -> 183 split, so it is not."""
+        key_tiles, total = self.key_tiles(m_tiles)
+        share = max(_PREFILL_MIN_PART_TILES, math.ceil(nh * total / slots))
+        longest = int(key_tiles.max())
+        if 2 * longest < 3 * share:
+            return 1, 0
+        parts = min(_PREFILL_MAX_PARTS, math.ceil(longest / share))
+        longer = int(np.flatnonzero(key_tiles > share)[-1]) + 1
+        one_wave = nh * (self.by_m_tiles[m_tiles] + longer * (parts - 1)) <= slots
+        return parts, longer if one_wave else len(key_tiles)
+
 
 def _prefill_wg_smem(m_tiles: int, d: int) -> int:
     """The wgmma prefill kernel's shared memory: Q, 2 stages of K and V; 1 KB for alignment."""
@@ -417,35 +441,14 @@ class CudaOps(Ops):
         return 2 if nh * tiles >= slots else 1
 
     def prefill_split(self, meta, nh: int, m_tiles: int) -> tuple[int, int]:
-        """(parts, rows): the first `rows` rows of the wgmma prefill grid (the longest tiles)
-        take `parts` blocks each, each an even share of the tile's keys; (1, 0): nothing is
-        split. A block's fair share is every query tile's K/V tiles over the GPU's slots
-        (at least _PREFILL_MIN_PART_TILES). Where the longest tile reads 1.5 times that or
-        more (a long prompt alone), it would set the kernel's time, and the tiles are split
-        into as many parts as it needs (at most _PREFILL_MAX_PARTS): only the rows whose
-        tiles read more than the share where all the blocks then start at once, else every
-        row, so that the grid stays longest first and no long tile starts last. Measured
-        on the H200, attention us a layer (docs/performance.md, session 26): 1 x 3,000
-        71.6 -> 63.1, 1 x 4,000 111.5 -> 99.7 (64 rows), 95.2 (128 rows); 1 x 6,000, whose
-        longest tile reads 1.2 shares, 170 -> 183 split. Worked out once a step."""
+        """How the wgmma prefill kernel splits the step's tiles (PrefillTiles.split) on this
+        GPU; (1, 0) where nothing is planned. Worked out once a step."""
         plan = meta.plan
         if not isinstance(plan, PrefillTiles) or not self.prefill_wgmma:
             return 1, 0
         if (m_tiles, nh) not in plan._splits:
-            plan._splits[m_tiles, nh] = self._split_of(plan, nh, m_tiles)
+            plan._splits[m_tiles, nh] = plan.split(nh, m_tiles, self._prefill_slots[m_tiles])
         return plan._splits[m_tiles, nh]
-
-    def _split_of(self, plan: PrefillTiles, nh: int, m_tiles: int) -> tuple[int, int]:
-        slots = self._prefill_slots[m_tiles]
-        key_tiles, total = plan.key_tiles(m_tiles)
-        share = max(_PREFILL_MIN_PART_TILES, math.ceil(nh * total / slots))
-        longest = int(key_tiles.max())
-        if 2 * longest < 3 * share:
-            return 1, 0
-        parts = min(_PREFILL_MAX_PARTS, math.ceil(longest / share))
-        longer = int(np.flatnonzero(key_tiles > share)[-1]) + 1
-        one_wave = nh * (plan.by_m_tiles[m_tiles] + longer * (parts - 1)) <= slots
-        return parts, longer if one_wave else len(key_tiles)
 
     def _prefill(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs):
         # The wgmma kernel copies q's rows into shared memory 16 bytes at a time: they must be aligned so.

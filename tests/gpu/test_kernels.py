@@ -573,41 +573,19 @@ def test_prefill_takes_tall_tiles_only_for_long_queries_that_fill_the_gpu(ops):
         assert ops.prefill_m_tiles(short, 9, 64, wgmma=True) == 1
 
 
-def test_prefill_plan_counts_each_grid_rows_longest_key_chain(ops):
-    # Grid rows run each sequence's tiles backwards: row 0 holds every sequence's last tile.
-    # [130 after 70 cached], 64-row tiles: they read 134, 198 and 200 keys, 3, 4 and 4 K/V
-    # tiles of 64; [1 after 899]: one tile, 900 keys, 15 K/V tiles, in the first's grid row.
-    plan = ops.plan_step([130, 1], [200, 900])
-    rows, total = plan.key_tiles(1)
-    assert rows.tolist() == [4, 4, 15] and total == 3 + 4 + 4 + 15
-    rows, total = plan.key_tiles(2)                   # 128-row tiles: 198 and 200 keys
-    assert rows.tolist() == [4, 15] and total == 4 + 4 + 15
-
-
-def test_prefill_splits_keys_only_where_one_wave_would_wait_on_its_longest_tile(ops):
+def test_prefill_split_plans_for_the_blocks_this_gpu_runs_at_once(ops):
+    """tests/test_prefill_plan.py checks the plan on the host for 132 SMs; here, that the
+    slots it is given are what this GPU runs of the split kernels (4 blocks of 64 query rows
+    an SM, 2 of 128: their registers allow no more), and that a step plans once."""
     if not ops.prefill_wgmma:
         pytest.skip("keys are split by the wgmma prefill kernel, which needs an sm_90a GPU")
-
-    def split(query_lens, seq_lens, m_tiles=1, nh=9):
-        meta = AttentionMetadata(query_start_loc=None, seq_lens=None, block_tables=None, slot_mapping=None,
-                                 max_query_len=max(query_lens), max_seq_len=max(seq_lens),
-                                 plan=ops.plan_step(query_lens, seq_lens))
-        return ops.prefill_split(meta, nh, m_tiles)
-
-    if ops._prefill_slots != {1: 528, 2: 264}:
-        pytest.skip("the figures below are for 132 SMs (H100 SXM, H200): 4 blocks of 64 rows an SM, 2 of 128")
-    # One 4,000-token prompt: its 63 (64-row) tiles read 1 .. 63 K/V tiles, 18,144 at 9 heads,
-    # a share of 35 a slot; the longest reads 1.8 shares: two parts, every row split (819
-    # blocks: more than one wave, and the grid must stay longest first).
-    assert split([4000], [4000]) == (2, 63)
-    assert split([4000], [4000], m_tiles=2) == (2, 32)     # 128-row tiles: 2 .. 63 K/V tiles, a share of 36
-    assert split([3000], [3000]) == (3, 47)                # a share of 20
-    assert split([1000], [1000]) == (2, 8)                 # 8 rows past the share of 8: 216 blocks, one wave
-    assert split([6000], [6000], m_tiles=2) == (1, 0)      # the longest reads 1.2 shares of 77
-    assert split([1000] * 64, [1000] * 64) == (1, 0)       # many blocks: balanced as they are
-    assert split([400], [400]) == (1, 0)                   # chains of 7 K/V tiles: not worth a merge
-    assert split([64], [8000]) == (4, 1)                   # 125 K/V tiles a block, 4 parts at most
-    assert split([64], [8000], m_tiles=2) == (4, 1)
+    assert ops._prefill_slots == {1: 4 * ops.num_sms, 2: 2 * ops.num_sms}
+    meta = AttentionMetadata(query_start_loc=None, seq_lens=None, block_tables=None, slot_mapping=None,
+                             max_query_len=4000, max_seq_len=4000, plan=ops.plan_step([4000], [4000]))
+    for m_tiles in (1, 2):
+        split = ops.prefill_split(meta, 9, m_tiles)
+        assert split == meta.plan.split(9, m_tiles, ops._prefill_slots[m_tiles]) and split[0] > 1
+        assert ops.prefill_split(meta, 9, m_tiles) is split     # kept for the step's other layers
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -1,0 +1,50 @@
+"""The prefill step's plan on the host (engine.ops.cuda_ops.PrefillTiles): the K/V tiles each
+row of the prefill grid reads, and how the wgmma kernel splits the longest tiles' keys. Pure
+numpy, so checked here without a GPU; tests/gpu/test_kernels.py runs the split kernel."""
+import numpy as np
+import pytest
+
+from engine.ops.cuda_ops import PrefillTiles
+
+H200_SLOTS = {1: 528, 2: 264}     # 132 SMs: 4 blocks of 64 query rows an SM, 2 of 128
+
+
+def plan(query_lens, seq_lens) -> PrefillTiles:
+    return PrefillTiles.of_step(np.array(query_lens), np.array(seq_lens))
+
+
+def test_each_grid_row_counts_its_longest_key_chain():
+    # Grid rows run each sequence's tiles backwards: row 0 holds every sequence's last tile.
+    # [130 after 70 cached], 64-row tiles: they read 134, 198 and 200 keys, 3, 4 and 4 K/V
+    # tiles of 64; [1 after 899]: one tile, 900 keys, 15 K/V tiles, in the first's grid row.
+    p = plan([130, 1], [200, 900])
+    assert p.by_m_tiles == {1: 4, 2: 3}
+    rows, total = p.key_tiles(1)
+    assert rows.tolist() == [4, 4, 15] and total == 3 + 4 + 4 + 15
+    rows, total = p.key_tiles(2)                   # 128-row tiles: 198 and 200 keys
+    assert rows.tolist() == [4, 15] and total == 4 + 4 + 15
+
+
+@pytest.mark.parametrize("query_lens,seq_lens,m_tiles,split", [
+    # One 4,000-token prompt: its 63 tiles read 1 .. 63 K/V tiles, 18,144 at 9 heads, a share
+    # of 35 a slot; the longest reads 1.8 shares: two parts, every row split (819 blocks,
+    # more than one wave: the grid must stay longest first).
+    ([4000], [4000], 1, (2, 63)),
+    ([4000], [4000], 2, (2, 32)),               # 128-row tiles read 2 .. 63, a share of 36
+    ([3000], [3000], 1, (3, 47)),               # a share of 20
+    ([1000], [1000], 1, (2, 8)),                # 8 rows past the share of 8: 216 blocks, one wave
+    ([6000], [6000], 2, (1, 0)),                # the longest reads 1.2 shares of 77: not worth it
+    ([1000] * 64, [1000] * 64, 1, (1, 0)),      # many blocks: balanced as they are
+    ([400], [400], 1, (1, 0)),                  # chains of 7 K/V tiles: not worth a merge
+    ([64], [8000], 1, (4, 1)),                  # one tile after a long prefix: 4 parts at most
+    ([64], [8000], 2, (4, 1)),
+    ([256, 256, 1], [8000, 256, 300], 1, (4, 4)),   # the split rows hold short tiles too
+])
+def test_the_longest_tiles_are_split_only_where_they_would_set_the_time(query_lens, seq_lens, m_tiles, split):
+    assert plan(query_lens, seq_lens).split(9, m_tiles, H200_SLOTS[m_tiles]) == split
+
+
+def test_more_heads_fill_the_gpu_without_a_split():
+    # The same prompt at 32 heads (the Llama-3.2-1B shape) makes 32 / 9 times the blocks.
+    assert plan([2000], [2000]).split(9, 1, H200_SLOTS[1]) == (4, 32)
+    assert plan([2000], [2000]).split(32, 1, H200_SLOTS[1]) == (1, 0)
