@@ -1,9 +1,10 @@
 # Sourced first by a device call's script on the GPU host (one run from the checkout's root,
 # carrying .whl/): installs the carried wheels (GPU-HOST.md's pip line), puts the checkout
 # on PYTHONPATH, makes $L = $OUT/logs, and records there the GPU and the content hash of the
-# code that runs (every GPU run names its code). use_gguf joins the GGUF's parts staged in
-# /tmp/model by benchmarks/stage_model.sh's calls and checks its sha256 (the one that script
-# prints); it fails, and the call should stop, where a part is missing.
+# code that runs (every GPU run names its code). use_gguf joins the GGUF's parts that
+# benchmarks/stage_model.sh's calls left in $MODEL_DIR (default /tmp/model) into
+# $MODEL_DIR/smollm2.gguf and checks its sha256 (the one that script prints): it fails, and
+# the call should stop there, where a part is missing.
 #
 #   source benchmarks/device_env.sh
 #   use_gguf b179c952...  || exit 3        # then ROADGATE_TEST_MODEL=/tmp/model/smollm2.gguf
@@ -11,9 +12,10 @@ python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 L=$OUT/logs
 mkdir -p "$L"
-nvidia-smi -L > "$L/gpu.txt"
+nvidia-smi -L > "$L/gpu.txt" 2>&1
 sha256sum cuda_src/* engine/*.py engine/ops/*.py benchmarks/*.py > "$L/code.sha256"
 
 use_gguf() {  # use_gguf SHA256
-  cat /tmp/model/part-* > /tmp/model/smollm2.gguf && echo "$1  /tmp/model/smollm2.gguf" | sha256sum -c --quiet
+  local dir=${MODEL_DIR:-/tmp/model}
+  cat "$dir"/part-* > "$dir/smollm2.gguf" && echo "$1  $dir/smollm2.gguf" | sha256sum -c --quiet
 }
