@@ -44,6 +44,14 @@ def test_the_longest_tiles_are_split_only_where_they_would_set_the_time(query_le
     assert plan(query_lens, seq_lens).split(9, m_tiles, H200_SLOTS[m_tiles]) == split
 
 
+def test_a_mixed_steps_decode_rows_keep_its_prompt_whole():
+    # A 3,000-token chunk beside 200 decode rows: its tiles would be worth splitting, but the
+    # workspace holds every (sequence, row) of the grid: 201 x 47 x 9 heads x 2 parts.
+    alone = plan([3000, 1], [3000, 100]).split(9, 1, H200_SLOTS[1])
+    assert alone[0] > 1
+    assert plan([3000] + [1] * 200, [3000] + [100] * 200).split(9, 1, H200_SLOTS[1]) == (1, 0)
+
+
 def test_more_heads_fill_the_gpu_without_a_split():
     # The same prompt at 32 heads (the Llama-3.2-1B shape) makes 32 / 9 times the blocks.
     assert plan([2000], [2000]).split(9, 1, H200_SLOTS[1]) == (4, 32)

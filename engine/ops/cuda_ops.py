@@ -34,6 +34,16 @@ _PREFILL_TALL_MIN_QUERY = 2048
 # Split keys (cuda_src/attention_prefill.cu): a block takes at least this many K/V tiles
 # (against the merge's cost), and a tile is split into at most this many blocks.
 _PREFILL_MIN_PART_TILES, _PREFILL_MAX_PARTS = 8, 4
+# The split's workspace holds a state per part of every (sequence, split row, head): at most
+# this many floats (64 MB). A mixed step's many decode rows each add a row of sequences to
+# the grid, and splitting it would take gigabytes (201 sequences x 47 rows: 3 GB).
+_PREFILL_SPLIT_MAX_FLOATS = 16 << 20
+
+
+def _split_state_floats(sequences: int, rows: int, nh: int, parts: int, m_tiles: int, d: int = 64) -> int:
+    """The split prefill kernel's workspace: o, m and l (d/2 + 4 floats) a thread of every
+    part of every (sequence, split row, head) block (cuda_src/attention_prefill.cu)."""
+    return sequences * rows * nh * parts * (d // 2 + 4) * 128 * m_tiles
 _DECODE_THREADS = constant("DECODE_THREADS")
 _MIN_CHUNK, _MAX_CHUNK = constant("DECODE_MIN_CHUNK"), constant("DECODE_MAX_CHUNK")
 _CHUNK_ALIGN = constant("DECODE_CHUNK_ALIGN")
@@ -145,7 +155,8 @@ class PrefillTiles:
         prompt alone), it would set the kernel's time, and the tiles are split into as many
         parts as it needs (at most _PREFILL_MAX_PARTS): only the rows whose tiles read
         more than a share where all the blocks then start at once, else every row, so that
-        the grid stays longest first and no long tile starts last. Measured on the H200,
+        the grid stays longest first and no long tile starts last; not where the workspace
+        would pass _PREFILL_SPLIT_MAX_FLOATS. Measured on the H200,
         attention us a layer (docs/performance.md, session 26): 1 x 3,000 71.6 -> 63.1,
         1 x 4,000 111.5 -> 99.7 (64 rows), 95.2 (128 rows); 1 x 6,000, whose longest tile
         reads 1.2 shares, 170 -> 183 split, so it is not."""
@@ -157,7 +168,10 @@ class PrefillTiles:
         parts = min(_PREFILL_MAX_PARTS, math.ceil(longest / share))
         longer = int(np.flatnonzero(key_tiles > share)[-1]) + 1
         one_wave = nh * (self.by_m_tiles[m_tiles] + longer * (parts - 1)) <= slots
-        return parts, longer if one_wave else len(key_tiles)
+        rows = longer if one_wave else len(key_tiles)
+        if _split_state_floats(len(self.query_lens), rows, nh, parts, m_tiles) > _PREFILL_SPLIT_MAX_FLOATS:
+            return 1, 0
+        return parts, rows
 
 
 def _prefill_wg_smem(m_tiles: int, d: int) -> int:
@@ -461,7 +475,7 @@ class CudaOps(Ops):
             parts, rows = self.prefill_split(meta, nh, mt)
             partials = counters = None
             if parts > 1:
-                partials = self._partials(B * rows * nh * parts * (d // 2 + 4) * 128 * mt)   # o, m, l a thread
+                partials = self._partials(_split_state_floats(B, rows, nh, parts, mt, d))
                 counters = self._counters(B * rows * nh, q.device)
             self._k["prefill_wg", dt, d, mt, parts > 1]((nh, tiles + rows * (parts - 1), B), 128 * mt, *args, rows,
                                                         parts, partials, counters, shared=_prefill_wg_smem(mt, d))
