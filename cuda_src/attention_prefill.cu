@@ -29,9 +29,9 @@
 // Split keys (wgmma kernel): when one long prompt makes too few blocks to fill the GPU, its
 // longest tile's chain of K/V tiles sets the kernel's time. The host then gives the first
 // `split_rows` rows of the grid (the longest tiles) `parts` blocks each, side by side in
-// grid.y; each takes an even share of the tile's K/V tiles, leaves its unnormalised output
-// and (m, l) in `partials`, and the last of them to finish (a counter per tile, which it
-// zeroes again) merges the others' into its own and stores the rows.
+// grid.y; each takes an even share of the tile's K/V tiles and leaves its unnormalised
+// output and (m, l) in `partials`; the last of them to finish (a counter per tile, which it
+// zeroes again) merges every part's state in part order and stores the rows.
 #include <type_traits>
 
 #include "wgmma.cuh"

@@ -35,15 +35,9 @@ _PREFILL_TALL_MIN_QUERY = 2048
 # (against the merge's cost), and a tile is split into at most this many blocks.
 _PREFILL_MIN_PART_TILES, _PREFILL_MAX_PARTS = 8, 4
 # The split's workspace holds a state per part of every (sequence, split row, head): at most
-# this many floats (64 MB). A mixed step's many decode rows each add a row of sequences to
-# the grid, and splitting it would take gigabytes (201 sequences x 47 rows: 3 GB).
+# this many floats (64 MB). Each decode row of a mixed step is a sequence of the grid, so
+# splitting a long chunk beside 200 of them would take gigabytes (201 x 47 rows: 3 GB).
 _PREFILL_SPLIT_MAX_FLOATS = 16 << 20
-
-
-def _split_state_floats(sequences: int, rows: int, nh: int, parts: int, m_tiles: int, d: int = 64) -> int:
-    """The split prefill kernel's workspace: o, m and l (d/2 + 4 floats) a thread of every
-    part of every (sequence, split row, head) block (cuda_src/attention_prefill.cu)."""
-    return sequences * rows * nh * parts * (d // 2 + 4) * 128 * m_tiles
 _DECODE_THREADS = constant("DECODE_THREADS")
 _MIN_CHUNK, _MAX_CHUNK = constant("DECODE_MIN_CHUNK"), constant("DECODE_MAX_CHUNK")
 _CHUNK_ALIGN = constant("DECODE_CHUNK_ALIGN")
@@ -174,6 +168,12 @@ class PrefillTiles:
         return parts, rows
 
 
+def _split_state_floats(sequences: int, rows: int, nh: int, parts: int, m_tiles: int, d: int = 64) -> int:
+    """The split prefill kernel's workspace: o, m and l (d/2 + 4 floats) a thread of every
+    part of every (sequence, split row, head) block (cuda_src/attention_prefill.cu)."""
+    return sequences * rows * nh * parts * (d // 2 + 4) * 128 * m_tiles
+
+
 def _prefill_wg_smem(m_tiles: int, d: int) -> int:
     """The wgmma prefill kernel's shared memory: Q, 2 stages of K and V; 1 KB for alignment."""
     return (_PREFILL_ROWS_PER_M_TILE * m_tiles + 2 * 2 * _PREFILL_KEYS) * d * 2 + 1024
@@ -217,13 +217,13 @@ class CudaOps(Ops):
         # The GEMM tiles this device runs (wgmma needs sm_90a's features), and the blocks an
         # SM holds of each (the f16 kernels are the bf16 ones' code): shared memory runs out.
         self.gemm_tiles = [t for t in GEMM_TILES if t.unit == "mma" or arch == "sm_90a"]
-        # Blocks of the 64-row wgmma prefill kernel the GPU runs at once (see prefill_split),
-        # and the buffer of split tiles' partial states (one for all launches: they are ordered).
+        self._gemm_blocks = {tile: self._k["gemm", "bf16", tile].blocks_per_sm(128, _gemm_smem(tile))
+                             for tile in self.gemm_tiles}
+        # Blocks of the wgmma prefill kernel the GPU runs at once, at each tile height (see
+        # prefill_split), and the split tiles' partial states (one buffer: launches are ordered).
         self._prefill_slots = {mt: self.num_sms * self._k["prefill_wg", "bf16", 64, mt, True].blocks_per_sm(
             128 * mt, _prefill_wg_smem(mt, 64)) for mt in PREFILL_WG_SHAPES} if self.prefill_wgmma else {}
         self._prefill_partials = torch.empty(0, dtype=torch.float32, device="cuda")
-        self._gemm_blocks = {tile: self._k["gemm", "bf16", tile].blocks_per_sm(128, _gemm_smem(tile))
-                             for tile in self.gemm_tiles}
         # Decode attention's per-(sequence, KV head) split counters. Kernels leave them
         # zero; a larger batch gets a new buffer, and old ones stay alive because
         # captured CUDA graphs hold their addresses.
