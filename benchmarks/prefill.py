@@ -13,6 +13,9 @@ shape first; every repetition draws fresh random prompts and starts with our pre
 emptied, so nothing is served from a cache. Medians of --reps repetitions.
 
 --profile prints each side's GPU time by kernel for one repetition of every shape.
+--timeline traces one more repetition of ours per shape (CPU and CUDA activities) and prints
+where its wall time went: host time before the first GPU work, the GPU's idle gaps inside its
+span (the largest with the kernels around them), and the time after its last work.
 Figures go to the results store as micro-benchmark `prefill-<shape>` unless --no-store.
 Usage: python3 benchmarks/prefill.py [--model dummy:smollm2-135m] [--shapes 1x4000 1x8000 64x1000]
 """
@@ -22,12 +25,14 @@ import argparse
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.step_trace import GPU_CATEGORIES, traced_events  # noqa: E402
 from engine import LLM, SamplingParams  # noqa: E402
 from jobs.store.models import utcnow  # noqa: E402
 
@@ -126,6 +131,57 @@ def print_kernel_profile(label: str, fn) -> None:
         print(f"  {us:>9.1f} {calls:>6} {us / calls:>8.2f} {100 * us / total:>5.1f}  {name[:90]}")
 
 
+REPETITION_LABEL = "roadgate-prefill-repetition"
+
+
+@dataclass
+class Timeline:
+    """One traced repetition, in µs: host before the first GPU work, the GPU's span and busy
+    time, host after the last GPU work, and the idle gaps (length, start from the span's
+    start, kernel before, kernel after), largest first."""
+    before_us: float
+    span_us: float
+    busy_us: float
+    after_us: float
+    gaps: list[tuple[float, float, str, str]]
+
+
+def timeline(events: list[dict], label: str = REPETITION_LABEL) -> Timeline:
+    """Where the repetition's range went, from its chrome-trace events (GPU work outside the
+    range is left out)."""
+    ranges = [e for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation" and e.get("name") == label]
+    if len(ranges) != 1:
+        raise ValueError(f"the trace holds {len(ranges)} ranges named {label}, not one")
+    start, end = ranges[0]["ts"], ranges[0]["ts"] + ranges[0]["dur"]
+    work = sorted((e["ts"], e["ts"] + e["dur"], e["name"]) for e in events
+                  if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES and start <= e["ts"] <= end)
+    if not work:
+        raise ValueError("no GPU work inside the repetition's range (is CUPTI available?)")
+    busy, gaps = 0.0, []
+    covered, last_name = work[0][0], work[0][2]
+    for begin, finish, name in work:
+        if begin > covered:
+            gaps.append((begin - covered, covered - work[0][0], last_name, name))
+        if finish > covered:
+            busy += finish - max(begin, covered)
+            covered, last_name = finish, name
+    return Timeline(work[0][0] - start, covered - work[0][0], busy, end - covered, sorted(gaps, reverse=True))
+
+
+def print_timeline(llm: LLM, prompts: torch.Tensor, largest: int = 8) -> None:
+    from torch.profiler import ProfilerActivity, profile, record_function
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with record_function(REPETITION_LABEL):
+            wall, ttft = time_ours(llm, prompts)
+    t = timeline(traced_events(prof, None))
+    print(f"  timeline (traced: the host runs slower): wall {wall * 1e3:.2f} ms, TTFT {ttft * 1e3:.2f} ms; "
+          f"host before the first GPU work {t.before_us / 1e3:.3f} ms, GPU span {t.span_us / 1e3:.3f} ms "
+          f"({(t.span_us - t.busy_us) / 1e3:.3f} ms idle in {len(t.gaps)} gaps), after the last "
+          f"{t.after_us / 1e3:.3f} ms")
+    for length, at, before, after in t.gaps[:largest]:
+        print(f"    gap {length:7.1f} us at {at / 1e3:6.3f} ms: {before[:50]} -> {after[:50]}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="dummy:smollm2-135m")
@@ -134,6 +190,8 @@ def main() -> None:
     ap.add_argument("--no-torch", action="store_true", help="skip the plain-torch reference")
     ap.add_argument("--no-store", action="store_true", help="print only; record nothing in the results store")
     ap.add_argument("--profile", action="store_true", help="print GPU time by kernel for each shape")
+    ap.add_argument("--timeline", action="store_true", help="trace one more repetition of ours per shape "
+                    "and print where its wall time went")
     args = ap.parse_args()
     if not args.no_store:
         # Checked before any GPU work: the store refuses an unregistered name only after its measurement.
@@ -172,6 +230,8 @@ def main() -> None:
             print_kernel_profile("ours", lambda: time_ours(llm, random_prompts(llm, batch, tokens, gen)))
             if ref is not None:
                 print_kernel_profile("plain torch", lambda: time_torch(ref, random_prompts(llm, batch, tokens, gen)))
+        if args.timeline:
+            print_timeline(llm, random_prompts(llm, batch, tokens, gen))
         if not args.no_store:
             from jobs.microbench import record_microbench
             config = {"model": args.model, "batch": batch, "tokens": tokens, "reps": args.reps,
