@@ -178,11 +178,11 @@ class ModelRunner:
     def _logits(self, inputs: StepInputs, dev: dict, previous: LaunchedStep | None,
                 prefill_bucket: int | None = None) -> torch.Tensor:
         # The graphs read the token ids where _token_ids leaves them; forward takes them.
-        token_ids, meta = self._token_ids(inputs, dev, previous), self._metadata(inputs, dev)
+        token_ids = self._token_ids(inputs, dev, previous)
         if prefill_bucket is not None:
-            hidden = self.prefill_graphs.run(prefill_bucket, meta)
+            hidden = self.prefill_graphs.run(prefill_bucket, lambda: self._metadata(inputs, dev))
         else:
-            hidden = self.model.forward(token_ids, dev["positions"], meta, self.kv_cache)
+            hidden = self.model.forward(token_ids, dev["positions"], self._metadata(inputs, dev), self.kv_cache)
         return self.model.logits(hidden[dev["sample_rows"]])
 
     @staticmethod

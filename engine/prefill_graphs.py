@@ -17,6 +17,8 @@ bucket's pieces in the order they were captured. What stays held is `held_bytes`
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from engine.config import EngineConfig
@@ -60,14 +62,19 @@ class PrefillGraphs:
         """The smallest bucket that holds the step's tokens; None if none does."""
         return next((b for b in self.buckets if b >= num_tokens), None)
 
-    def run(self, bucket: int, meta: AttentionMetadata) -> torch.Tensor:
-        """The step uploaded into the static inputs (token arrays padded to `bucket`), with
-        its attention metadata: final hidden states [bucket, H], the padding rows garbage."""
+    def run(self, bucket: int, metadata: Callable[[], AttentionMetadata]) -> torch.Tensor:
+        """The step uploaded into the static inputs (token arrays padded to `bucket`): final
+        hidden states [bucket, H], the padding rows garbage. `metadata` makes the step's
+        attention metadata; it is called once the first piece is launched, which needs none,
+        so that the host plans attention while the GPU embeds (the GPU waits on the host until
+        the first attention is launched)."""
         model, v = self.model, self.inputs
-        step = Step(model.shape, v["positions"][:bucket], model.cos_sin, meta)
         pieces, attn = self._pieces[bucket], self.attn[:bucket]
+        pieces[0][0].replay()
+        step = Step(model.shape, v["positions"][:bucket], model.cos_sin, metadata())
         for i, (graph, q) in enumerate(pieces[:-1]):
-            graph.replay()
+            if i:
+                graph.replay()
             model.attend(i, q, attn, step, self.kv_cache)
         graph, hidden = pieces[-1]
         graph.replay()

@@ -132,6 +132,8 @@ class Scheduler:
         slots of those that compute tokens and how many each. A decode costs one token, an
         unfinished prefill a chunk of what is left; one that has sampled its last token (still
         in flight) gets none. Only a sequence that crosses into a new block is visited alone."""
+        if not self.running:        # a first step: none of the array work below (the GPU is idle)
+            return np.empty(0, np.int64), np.empty(0, np.int64)
         t, bm = self.table, self.block_manager
         if self._running_slots is None:
             self._running_slots = np.fromiter((seq.slot for seq in self.running), np.int64, len(self.running))

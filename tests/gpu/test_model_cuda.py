@@ -144,7 +144,7 @@ def test_prefill_graphs_keep_outputs_and_run_every_step_with_prefill():
     graphed = LLM(MODEL, max_num_seqs=32, **settings)
     runs = []
     run = graphed.runner.prefill_graphs.run
-    graphed.runner.prefill_graphs.run = lambda bucket, meta: runs.append(bucket) or run(bucket, meta)
+    graphed.runner.prefill_graphs.run = lambda bucket, metadata: runs.append(bucket) or run(bucket, metadata)
     reference = [o.token_ids for o in eager.generate(prompts, params)]
     outs = [o.token_ids for o in graphed.generate(prompts, params)]
     same = sum(o == r for o, r in zip(outs, reference)) / len(prompts)
