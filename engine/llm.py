@@ -188,6 +188,8 @@ class LLM:
         """`ids` as int32, once every one is checked to be an int in the vocabulary: with
         C loops over the tokens, not Python ones (but for types other than int and bool,
         which only isinstance judges as it always did)."""
+        if not ids:         # no ids to check: _encode refuses the empty prompt
+            return np.empty(0, np.int32)
         if not set(map(type, ids)) <= {int, bool} and not all(isinstance(t, int) for t in ids):
             raise PromptError("a prompt must be a string, a list of token ids, or a list of chat messages")
         try:

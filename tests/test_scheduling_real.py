@@ -60,6 +60,8 @@ def test_token_id_prompts_are_refused_before_any_work(llm):
     for not_ids in ([5, 6.0], [5, "6"], [5, None], [np.int64(5)], [[5, 6]]):
         with pytest.raises(PromptError, match="a prompt must be a string, a list of token ids"):
             llm.generate([[5, 6], not_ids], GREEDY)
+    with pytest.raises(PromptError, match="the prompt is empty"):
+        llm.generate([[5, 6], []], GREEDY)                   # not numpy's error from an empty array
     assert llm.stats["steps"] == steps and not llm.has_unfinished()
     assert llm.encode_prompt([True, vocab - 1]) == [True, vocab - 1]    # bools are ints, as ever
 
