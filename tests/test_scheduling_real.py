@@ -57,13 +57,16 @@ def test_token_id_prompts_are_refused_before_any_work(llm):
         llm.generate([[5, 6], [5, -1, vocab]], GREEDY)       # the first bad id is named
     with pytest.raises(PromptError, match=f"token id {2**70} is outside"):
         llm.generate([[5, 6], [5, 2**70]], GREEDY)          # past int64 too
-    for not_ids in ([5, 6.0], [5, "6"], [5, None], [np.int64(5)], [[5, 6]]):
+    for not_ids in ([5, 6.0], [5, "6"], [5, None], [np.float32(5)], [[5, 6]], [2**70, 6.0]):
         with pytest.raises(PromptError, match="a prompt must be a string, a list of token ids"):
             llm.generate([[5, 6], not_ids], GREEDY)
     with pytest.raises(PromptError, match="the prompt is empty"):
         llm.generate([[5, 6], []], GREEDY)                   # not numpy's error from an empty array
     assert llm.stats["steps"] == steps and not llm.has_unfinished()
     assert llm.encode_prompt([True, vocab - 1]) == [True, vocab - 1]    # bools are ints, as ever
+    # numpy's integers are integers too; the request keeps Python ints (they serialise anywhere)
+    ids = llm.encode_prompt([np.int64(5), np.int32(6), 7])
+    assert ids == [5, 6, 7] and {type(t) for t in ids} == {int}
 
 
 def test_prefix_caching_off_records_no_hits():
