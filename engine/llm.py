@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import operator
-from array import array as typed_array
 import time
+from array import array as typed_array
 from collections import deque
 from dataclasses import replace
 from typing import Iterable, Iterator, NamedTuple, Sequence as Seq, Union
@@ -192,8 +192,9 @@ class LLM:
         """The prompt's token ids as Python ints and as int32, once every one is checked to be
         an integer (an int, a bool, or another type with __index__, numpy's included) in the
         vocabulary. The check and the conversion are one C loop over the tokens (array.array):
-        before the first step, so every token of every prompt in a batch costs the batch time,
-        and numpy's own conversion plus a check of each token's type took 2.4 times longer."""
+        before the first step, so every token of every prompt in a batch costs the batch time;
+        numpy's conversion plus a check of each token's type took ~1.4 times as long (45.8
+        against 33.0 µs a 1,000-token prompt on the development host)."""
         try:
             values = np.frombuffer(typed_array("q", prompt), np.int64)
         except TypeError:           # an element that is no integer: a float, a string, None, a list
