@@ -118,7 +118,7 @@ class PrefillTiles:
     query_lens: np.ndarray
     seq_lens: np.ndarray
     by_m_tiles: dict                                     # m-tiles (64-row units): query tiles
-    _splits: dict = field(default_factory=dict, compare=False, repr=False)   # (m-tiles, nh): prefill_split's
+    _splits: dict = field(default_factory=dict, compare=False, repr=False)   # split's answers, by its arguments
 
     @classmethod
     def of_step(cls, query_lens: np.ndarray, seq_lens: np.ndarray) -> "PrefillTiles":
@@ -153,7 +153,12 @@ class PrefillTiles:
         would pass _PREFILL_SPLIT_MAX_FLOATS. Measured on the H200,
         attention us a layer (docs/performance.md, session 26): 1 x 3,000 71.6 -> 63.1,
         1 x 4,000 111.5 -> 99.7 (64 rows), 95.2 (128 rows); 1 x 6,000, whose longest tile
-        reads 1.2 shares, 170 -> 183 split, so it is not."""
+        reads 1.2 shares, 170 -> 183 split, so it is not. Worked out once a step (every layer asks)."""
+        if (nh, m_tiles, slots) not in self._splits:
+            self._splits[nh, m_tiles, slots] = self._split(nh, m_tiles, slots)
+        return self._splits[nh, m_tiles, slots]
+
+    def _split(self, nh: int, m_tiles: int, slots: int) -> tuple[int, int]:
         key_tiles, total = self.key_tiles(m_tiles)
         share = max(_PREFILL_MIN_PART_TILES, math.ceil(nh * total / slots))
         longest = int(key_tiles.max())
@@ -456,13 +461,11 @@ class CudaOps(Ops):
 
     def prefill_split(self, meta, nh: int, m_tiles: int) -> tuple[int, int]:
         """How the wgmma prefill kernel splits the step's tiles (PrefillTiles.split) on this
-        GPU; (1, 0) where nothing is planned. Worked out once a step."""
+        GPU; (1, 0) where nothing is planned."""
         plan = meta.plan
         if not isinstance(plan, PrefillTiles) or not self.prefill_wgmma:
             return 1, 0
-        if (m_tiles, nh) not in plan._splits:
-            plan._splits[m_tiles, nh] = plan.split(nh, m_tiles, self._prefill_slots[m_tiles])
-        return plan._splits[m_tiles, nh]
+        return plan.split(nh, m_tiles, self._prefill_slots[m_tiles])
 
     def _prefill(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs):
         # The wgmma kernel copies q's rows into shared memory 16 bytes at a time: they must be aligned so.
