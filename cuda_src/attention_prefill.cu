@@ -207,6 +207,42 @@ struct KeySplit {
     __device__ __forceinline__ int end(int kv_tiles) const { return (part + 1) * kv_tiles / parts; }
 };
 
+// A thread's part in loading K/V tiles into the wgmma kernel's swizzled stages (16-bit caches,
+// d = 64): 16-byte piece threadIdx.x % 8 of rows threadIdx.x / 8 + i STEP of every tile. A
+// tile's block-table entries are read a tile before its copies are issued (`fetch`, then
+// `issue`), so no thread waits on the table on its way to the softmax; the rest of an address
+// is a few integer operations, kept out of registers that the softmax needs.
+template <typename T, int NTHREADS> struct TileLoader {
+    static constexpr int D = 64, STEP = NTHREADS / 8, ROWS = BN / STEP;
+    static_assert(STEP % 8 == 0, "a thread's rows share one swizzle phase");
+    const int* table;
+    int kv_end;
+    int entry[ROWS];           // the block-table entries of the rows of the tile last fetched
+
+    // The table entries of tile kv0's rows (rows past the keys read the last key's: never copied).
+    __device__ __forceinline__ void fetch(int kv0, int bs_shift) {
+#pragma unroll
+        for (int i = 0; i < ROWS; ++i)
+            entry[i] = __ldg(table + (min(kv0 + (int)threadIdx.x / 8 + i * STEP, kv_end - 1) >> bs_shift));
+    }
+    // Starts copying tile kv0 (the one last fetched) of KV head kvh into the stages at shared
+    // addresses ks, vs; rows at or past kv_end become zeros (their weights are 0, and 0 * stale
+    // data could be NaN).
+    __device__ __forceinline__ void issue(uint32_t ks, uint32_t vs, const T* k_cache, const T* v_cache, int kv0,
+                                          int bs_shift, int nkv, int kvh) const {
+        const int row0 = threadIdx.x / 8, piece = threadIdx.x % 8;
+        const uint32_t to = row0 * 128 + ((piece ^ (row0 % 8)) << 4);
+#pragma unroll
+        for (int i = 0; i < ROWS; ++i) {
+            const int j = kv0 + row0 + i * STEP;
+            const int slot = (entry[i] << bs_shift) + (j & ((1 << bs_shift) - 1));
+            const int64_t at = (int64_t)(slot * nkv + kvh) * D + piece * 8;   // < 2^31 slots x heads: TBs of cache
+            cp_async16(ks + to + i * STEP * 128, k_cache + at, j < kv_end);
+            cp_async16(vs + to + i * STEP * 128, v_cache + at, j < kv_end);
+        }
+    }
+};
+
 // A split tile's block once its keys are done: leaves its o, m and l (per thread, as the
 // registers hold them) in its slot of `partials`, and returns whether it was the last of the
 // tile's blocks to do so. That one zeroes the tile's counter for the next launch and merges
@@ -377,7 +413,8 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
     extern __shared__ unsigned char smem_unaligned[];
     unsigned char* smem = smem_unaligned + (-smem_address(smem_unaligned) & (ALIGN - 1));
     unsigned char* qs = smem;                                                 // [BM rows]
-    auto k_tile = [&](int stage) { return smem + BM * ROW + 2 * stage * TILE; };
+    const uint32_t kv_stages = smem_address(smem + BM * ROW);                // [2 stages][K, V]
+    auto k_tile = [&](int stage) { return kv_stages + 2 * stage * TILE; };
     auto v_tile = [&](int stage) { return k_tile(stage) + TILE; };
 
     const KeySplit split = KeySplit::of_block<SPLIT>(split_rows, parts);
@@ -395,12 +432,14 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
     }
     const int kv_end = qt.kv_end(BM), kv_tiles = (kv_end + BN - 1) / BN;
     const int t_first = split.first(kv_tiles), t_end = split.end(kv_tiles);
-    auto load = [&](int stage, int kv0) {
-        load_kv_tile<T, T, D, SwizzledRows, NTHREADS>(k_tile(stage), v_tile(stage), k_cache, v_cache, qt.table,
-                                                      qt.bs_shift, nkv, qt.kvh, kv0, kv_end);
+    TileLoader<T, NTHREADS> loader{qt.table, kv_end};
+    auto issue = [&](int stage, int t) {
+        loader.issue(k_tile(stage), v_tile(stage), k_cache, v_cache, t * BN, qt.bs_shift, nkv, qt.kvh);
     };
-    load(0, t_first * BN);
+    loader.fetch(t_first * BN, qt.bs_shift);
+    if (t_first < t_end) issue(0, t_first);
     cp_async_commit();
+    loader.fetch((t_first + 1) * BN, qt.bs_shift);
 
     int qi[2], lim[2];
 #pragma unroll
@@ -419,7 +458,7 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
         cp_async_wait<0>();       // this thread's copies of tile t have landed ...
         fence_async_proxy();      // ... visible to the tensor cores ...
         __syncthreads();          // ... and everyone's
-        const uint64_t k_desc = tile_descriptor(k_tile(stage)), v_desc = tile_descriptor(v_tile(stage));
+        const uint64_t k_desc = smem_descriptor(k_tile(stage)), v_desc = smem_descriptor(v_tile(stage));
 
         float s[BN / 8][4];       // S = Q K^T: 4 steps of 16 dims (2 descriptor units of 16 bytes each)
         wgmma_fence();
@@ -430,8 +469,9 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
         fence_registers(s);
         fence_registers(o);
         __syncthreads();          // every warpgroup's previous P V is done: its stage may be refilled
-        if (t + 1 < t_end) load(stage ^ 1, kv0 + BN);
+        if (t + 1 < t_end) issue(stage ^ 1, t + 1);
         cp_async_commit();
+        loader.fetch((t + 2) * BN, qt.bs_shift);
         softmax_step<D>(s, m, l, o, lim, kv0, cq, kv0 + BN - 1 > qt.visible_to_all(), scale_log2);
 
         // O += P V: P from registers; V's 16-key steps are 16 rows (2,048 bytes) apart.
@@ -445,6 +485,7 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
         }
         wgmma_commit();
     }
+    cp_async_wait<0>();       // a part without keys: Q's copies
     wgmma_wait<0>();
     fence_registers(o);
     if constexpr (SPLIT) if (split.parts > 1) {

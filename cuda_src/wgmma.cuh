@@ -26,11 +26,12 @@ struct SwizzledRows {
 // pattern, 1024 bytes) one after another. As a K-major operand (rows are M or N, 64 K values
 // a row) adding 2 steps 16 columns (32 bytes) along K inside the pattern; as an MN-major one
 // (rows are K, 64 M or N values a row) adding 128 steps 16 rows (2048 bytes) along K.
-__device__ __forceinline__ uint64_t tile_descriptor(const void* tile) {
+// smem_descriptor takes the tile's shared-memory address (smem_address).
+__device__ __forceinline__ uint64_t smem_descriptor(uint32_t tile) {
     constexpr uint64_t GROUP_BYTES = 1024, SWIZZLE_128B = 1;
-    return (uint64_t)((smem_address(tile) & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | GROUP_BYTES >> 4 << 32 |
-           SWIZZLE_128B << 62;
+    return (uint64_t)((tile & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | GROUP_BYTES >> 4 << 32 | SWIZZLE_128B << 62;
 }
+__device__ __forceinline__ uint64_t tile_descriptor(const void* tile) { return smem_descriptor(smem_address(tile)); }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int pending> __device__ __forceinline__ void wgmma_wait() {
