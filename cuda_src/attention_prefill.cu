@@ -91,6 +91,20 @@ __device__ __forceinline__ void load_kv_tile(void* ks, void* vs, const T* k_cach
     }
 }
 
+// op over this lane's 16 scores of row i (element 2 i or 2 i + 1 of every fragment) as a tree:
+// 4 dependent steps, not the 16 of a running max or sum, which left the warps waiting on them.
+template <typename Op>
+__device__ __forceinline__ float row_reduce(const float (&s)[BN / 8][4], int i, Op op) {
+    float v[BN / 8];
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) v[nt] = op(s[nt][2 * i], s[nt][2 * i + 1]);
+#pragma unroll
+    for (int width = BN / 16; width >= 1; width /= 2)
+#pragma unroll
+        for (int k = 0; k < width; ++k) v[k] = op(v[k], v[k + width]);
+    return v[0];
+}
+
 // One K/V tile's step of the online softmax for one 16-row m-tile, in base 2: masks keys
 // past each row's last (`masked`: the tile crosses the diagonal), raises the running max m
 // (of the scaled scores) to the tile's, rescales the running sum l and the output o to it,
@@ -101,17 +115,16 @@ template <int D>
 __device__ __forceinline__ void softmax_step(float (&s)[BN / 8][4], float (&m)[2], float (&l)[2],
                                              float (&o)[D / 8][4], const int (&lim)[2], int kv0, int cq,
                                              bool masked, float scale_log2) {
-    float mx[2] = {-INFINITY, -INFINITY};
+    if (masked)
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt)
+        for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            if (masked && kv0 + nt * 8 + cq + (e & 1) > lim[e / 2]) s[nt][e] = -INFINITY;
-            mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
-        }
-    float base[2], corr[2];
+            for (int e = 0; e < 4; ++e)
+                if (kv0 + nt * 8 + cq + (e & 1) > lim[e / 2]) s[nt][e] = -INFINITY;
+    float mx[2], base[2], corr[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
+        mx[i] = row_reduce(s, i, [](float a, float b) { return fmaxf(a, b); });
         mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
         mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
         const float m_new = fmaxf(m[i], mx[i] * scale_log2);   // scale_log2 > 0: the max of the scaled
@@ -123,10 +136,10 @@ __device__ __forceinline__ void softmax_step(float (&s)[BN / 8][4], float (&m)[2
 #pragma unroll
     for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            s[nt][e] = exp2_ftz(fmaf(s[nt][e], scale_log2, -base[e / 2]));
-            l[e / 2] += s[nt][e];  // per-lane partial; summed over the quad at the end
-        }
+        for (int e = 0; e < 4; ++e) s[nt][e] = exp2_ftz(fmaf(s[nt][e], scale_log2, -base[e / 2]));
+#pragma unroll
+    for (int i = 0; i < 2; ++i)   // per-lane partials; summed over the quad at the end
+        l[i] += row_reduce(s, i, [](float a, float b) { return a + b; });
     if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
         for (int dt = 0; dt < D / 8; ++dt) {
