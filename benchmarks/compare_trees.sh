@@ -10,8 +10,10 @@
 #
 # A TREE is a whole checkout, or only some of its code folders (e.g. `git archive REV engine
 # cuda_src`: a device run carries 64 MiB, too little for two whole trees); those are laid
-# over a copy of this checkout in $OUT/trees/<side>. Each side runs from its own tree: the
-# benchmark scripts put their own checkout first on sys.path, so PYTHONPATH cannot pick one.
+# over a copy of this checkout in a temporary folder, removed when the script ends (under
+# $OUT the copies would travel back with the logs, past a device call's size limit). Each
+# side runs from its own tree: the benchmark scripts put their own checkout first on
+# sys.path, so PYTHONPATH cannot pick one.
 # BENCH: a workload (roadgate bench --engine ours --backend cuda --preflight: quiet host,
 # cold prefix cache), decode-step (benchmarks/decode_step.py, default B=256, context 1024) or
 # prefill (benchmarks/prefill.py: each shape's wall time, warmed, fresh prompts, cold prefix
@@ -25,8 +27,10 @@ checkout=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-out}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 
+copies=$(mktemp -d "${TMPDIR:-/tmp}/compare_trees.XXXXXX") || exit 2
+trap 'rm -rf "$copies"' EXIT
 tree_of() {  # tree_of DIR SIDE: DIR if it is a whole tree, else a copy of this checkout with DIR laid over it
-  local dir copy="$OUT/trees/$2"
+  local dir copy="$copies/$2"
   dir=$(cd "$1" && pwd) || return 2
   if [ -d "$dir/jobs" ] && [ -d "$dir/benchmarks" ]; then echo "$dir"; return; fi
   rm -rf "$copy" && mkdir -p "$copy" || return 2

@@ -67,14 +67,17 @@ def test_too_few_arguments_get_one_line_and_status_2(tmp_path):
 
 def test_partial_trees_are_laid_over_the_checkout_and_benches_take_arguments(tmp_path):
     """Trees holding only some folders (what a device run has room for) each run from their own
-    copy of the checkout; `bench@a,b` passes a and b on, and MODEL= leaves the workload's model."""
+    copy of the checkout, gone when the script ends (not under $OUT, whose logs travel back);
+    `bench@a,b` passes a and b on, and MODEL= leaves the workload's model."""
     for name in ("old", "new"):
         (tmp_path / name / "engine").mkdir(parents=True)
         (tmp_path / name / "engine" / "variant.txt").write_text(name)
         (tmp_path / name / "benchmarks").mkdir()
         (tmp_path / name / "benchmarks" / "decode_step.py").write_text(
             "import sys\nfrom pathlib import Path\n"
-            "print('decode step', Path('engine/variant.txt').read_text(), Path('jobs/cli.py').is_file(), *sys.argv[1:])\n")
+            "print('decode step', Path('engine/variant.txt').read_text(), Path('jobs/cli.py').is_file(),\n"
+            "      Path('.git').exists(), *sys.argv[1:])\n"
+            "print('tree', Path.cwd())\n")
     out = tmp_path / "out"
     result = subprocess.run(["bash", str(REPO / "benchmarks" / "compare_trees.sh"), str(tmp_path / "old"),
                              str(tmp_path / "new"), "decode-step@--batch=64,--context=100-2048"],
@@ -83,9 +86,10 @@ def test_partial_trees_are_laid_over_the_checkout_and_benches_take_arguments(tmp
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     before, after = result.stdout.splitlines()
-    assert before.startswith("before") and before.endswith("decode step old True --batch=64 --context=100-2048")
-    assert after.startswith("after") and after.endswith("decode step new True --batch=64 --context=100-2048")
-    assert (out / "trees" / "after" / "jobs" / "cli.py").is_file() and not (out / "trees" / "after" / ".git").exists()
+    assert before.startswith("before") and before.endswith("decode step old True False --batch=64 --context=100-2048")
+    assert after.startswith("after") and after.endswith("decode step new True False --batch=64 --context=100-2048")
+    copy = Path((out / "after" / "1-decode-step.log").read_text().split("tree ", 1)[1].strip())
+    assert copy.name == "after" and not copy.exists() and not copy.is_relative_to(out)
     assert (REPO / "engine" / "__init__.py").is_file() and not (REPO / "engine" / "variant.txt").exists()
 
 
