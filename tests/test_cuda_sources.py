@@ -34,7 +34,7 @@ WGMMA_SOURCES = [s for s in SOURCES if '#include "wgmma.cuh"' in s.read_text()]
 def test_wgmma_kernels_keep_their_multiplies_asynchronous(src: Path, tmp_path: Path):
     """ptxas makes every wgmma wait for itself, and says so only as an info line, where a kernel
     reads an accumulator a multiply in flight still writes, or lacks the registers to keep it
-    (C7514, C7512). That halves a kernel silently (session 28 met both), so it fails here."""
+    (C7514, C7512). That halves a kernel without a word, so it fails here."""
     import subprocess
     cmd = [cuda_build.nvcc_path(), f"-arch={cuda_build.arch_of(9, 0)}", "-cubin", *cuda_build.FLAGS,
            "-Xptxas", "-v", "-I", str(cuda_build.SRC_DIR), "-o", str(tmp_path / "out.cubin"), str(src)]
