@@ -59,34 +59,28 @@ __device__ __forceinline__ float exp2_ftz(float x) {
     return r;
 }
 
-// Padded K/V rows (mma.sync), the other layout of load_kv_tile beside wgmma's SwizzledRows.
-template <int D> struct PaddedRows {
-    template <typename Op> static __device__ __forceinline__ void* at(void* tile, int r, int c) {
-        return &reinterpret_cast<Op(*)[D + PAD]>(tile)[r][c];
-    }
-};
-
-// Starts copying the K and V rows kv0 .. kv0 + BN of KV head kvh into shared memory;
-// rows at or past kv_end become zeros (their weights are 0, and 0 * stale data could be NaN).
-template <typename T, typename Op, int D, typename Layout, int NTHREADS>
-__device__ __forceinline__ void load_kv_tile(void* ks, void* vs, const T* k_cache, const T* v_cache, const int* table,
-                                             int bs_shift, int nkv, int kvh, int kv0, int kv_end) {
-    for (int idx = threadIdx.x; idx < BN * D / 8; idx += NTHREADS) {
+// The mma.sync kernel's loader: starts copying the K and V rows kv0 .. kv0 + BN of KV head kvh
+// into the padded shared-memory tiles ks, vs ([BN][D + PAD] of Op); rows at or past kv_end
+// become zeros (their weights are 0, and 0 * stale data could be NaN).
+template <typename T, typename Op, int D>
+__device__ __forceinline__ void load_kv_tile(Op (*ks)[D + PAD], Op (*vs)[D + PAD], const T* k_cache, const T* v_cache,
+                                             const int* table, int bs_shift, int nkv, int kvh, int kv0, int kv_end) {
+    for (int idx = threadIdx.x; idx < BN * D / 8; idx += THREADS) {
         const int row = idx / (D / 8), c = (idx % (D / 8)) * 8, j = kv0 + row;
         const bool valid = j < kv_end;
         const int64_t slot = valid ? ((int64_t)table[j >> bs_shift] << bs_shift) + (j & ((1 << bs_shift) - 1)) : 0;
         const int64_t off = (slot * nkv + kvh) * D + c;
         if constexpr (sizeof(T) == 2) {   // stored as the operand type: copied as it is
-            cp_async16(Layout::template at<Op>(ks, row, c), k_cache + off, valid);
-            cp_async16(Layout::template at<Op>(vs, row, c), v_cache + off, valid);
+            cp_async16(&ks[row][c], k_cache + off, valid);
+            cp_async16(&vs[row][c], v_cache + off, valid);
         } else {                          // float: converted on the way, through registers
             uint4 kw = make_uint4(0, 0, 0, 0), vw = kw;
             if (valid) {
                 kw = load8_as<Op>(k_cache + off);
                 vw = load8_as<Op>(v_cache + off);
             }
-            *reinterpret_cast<uint4*>(Layout::template at<Op>(ks, row, c)) = kw;
-            *reinterpret_cast<uint4*>(Layout::template at<Op>(vs, row, c)) = vw;
+            *reinterpret_cast<uint4*>(&ks[row][c]) = kw;
+            *reinterpret_cast<uint4*>(&vs[row][c]) = vw;
         }
     }
 }
@@ -309,7 +303,6 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
                              T* __restrict__ out, int nh, int nkv, int bs, float scale_log2) {
     constexpr int BM = ROWS_PER_M_TILE * MT;
     using KVTile = Op[BN][D + PAD];
-    using Rows = PaddedRows<D>;
     extern __shared__ __align__(16) unsigned char smem[];
     KVTile* ks = reinterpret_cast<KVTile*>(smem);   // [2 stages]
     KVTile* vs = ks + 2;
@@ -348,8 +341,7 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
 
     const int kv_end = qt.kv_end(BM), kv_tiles = (kv_end + BN - 1) / BN;
     auto load = [&](int stage, int kv0) {
-        load_kv_tile<T, Op, D, Rows, THREADS>(ks[stage], vs[stage], k_cache, v_cache, qt.table, qt.bs_shift, nkv,
-                                              qt.kvh, kv0, kv_end);
+        load_kv_tile<T, Op, D>(ks[stage], vs[stage], k_cache, v_cache, qt.table, qt.bs_shift, nkv, qt.kvh, kv0, kv_end);
     };
     load(0, 0);
     cp_async_commit();
