@@ -41,12 +41,16 @@ def nvcc_path() -> str:
     return found
 
 
-def compile_source(src: Path, arch: str, out: Path) -> None:
-    """nvcc one .cu into a cubin; RuntimeError carrying nvcc's message on failure."""
-    cmd = [nvcc_path(), f"-arch={arch}", "-cubin", *FLAGS, "-I", str(SRC_DIR), "-o", str(out), str(src)]
+def compile_source(src: Path, arch: str, out: Path, ptxas_report: bool = False) -> str:
+    """nvcc one .cu into a cubin; RuntimeError carrying nvcc's message on failure. With
+    `ptxas_report`, returns ptxas's -v report (registers, spills, and the notes it makes only
+    there, such as wgmma serialized); else ""."""
+    cmd = [nvcc_path(), f"-arch={arch}", "-cubin", *FLAGS, *(["-Xptxas", "-v"] if ptxas_report else []),
+           "-I", str(SRC_DIR), "-o", str(out), str(src)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise RuntimeError(f"nvcc failed on {src.name} ({' '.join(cmd)}):\n{res.stderr.strip()}")
+    return res.stderr if ptxas_report else ""
 
 
 def arch_of(major: int, minor: int) -> str:
