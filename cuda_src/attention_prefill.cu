@@ -21,15 +21,18 @@
 // with n new tokens and context L sits at position L - n + j and sees keys <= it;
 // only the tiles that cross that diagonal are masked.
 // fp32 caches are rounded to bf16 on their way to shared memory (accumulation stays fp32).
-// Launch: grid = (nh, ceil(max_query_len / BM), B); mma.sync: block = 128, dynamic smem =
+// Launch: grid = (nh, B, ceil(max_query_len / BM)); mma.sync: block = 128, dynamic smem =
 // 2 stages x (K, V) x BN x (D + PAD) 16-bit values; wgmma: block = 128 WG, dynamic smem =
 // (BM + 2 stages x (K, V) x BN) x 128 bytes + 1024 (the tiles start 1024-byte aligned).
-// grid.y runs the tiles backwards: the longest (last) tiles start first, and the heads of one
-// KV head sit side by side, so their K/V reads meet in L2.
+// The GPU starts blocks in the order of their index (x fastest), so grid.z counts each
+// sequence's tiles from its last: every sequence's longest tile starts in the first wave and
+// its shortest ones fill the last (z slowest, not y: with y the tiles, a batch's last sequence
+// started its longest tiles last, and they set the kernel's time). The heads of one KV head
+// sit side by side in x, so their K/V reads meet in L2.
 // Split keys (wgmma kernel): when one long prompt makes too few blocks to fill the GPU, its
 // longest tile's chain of K/V tiles sets the kernel's time. The host then gives the first
-// `split_rows` rows of the grid (the longest tiles) `parts` blocks each, side by side in
-// grid.y; each takes an even share of the tile's K/V tiles and leaves its unnormalised
+// `split_rows` tiles of every sequence (the longest) `parts` blocks each, side by side in
+// grid.z; each takes an even share of the tile's K/V tiles and leaves its unnormalised
 // output and (m, l) in `partials`; the last of them to finish (a counter per tile, which it
 // zeroes again) merges every part's state in part order and stores the rows.
 #include <type_traits>
@@ -186,7 +189,7 @@ struct QueryTile {
     static __device__ __forceinline__ QueryTile of_block(int BM, int tile, int tiles, const int* block_tables,
                                                          int max_blocks, const int* seq_lens,
                                                          const int* query_start_loc, int nh, int nkv, int bs) {
-        const int b = blockIdx.z, q0 = query_start_loc[b];
+        const int b = blockIdx.y, q0 = query_start_loc[b];
         return {(tiles - 1 - tile) * BM, q0, query_start_loc[b + 1] - q0, seq_lens[b],
                 (int)blockIdx.x / (nh / nkv), __ffs(bs) - 1,   // the host keeps bs a power of two
                 block_tables + (int64_t)b * max_blocks};
@@ -199,16 +202,16 @@ struct QueryTile {
 };
 
 // The tile a block of the wgmma kernel takes, and its share of the tile's K/V tiles (see
-// "Split keys" above): the first split_rows rows of the grid, `parts` blocks each. Without
+// "Split keys" above): the first split_rows tiles of each sequence, `parts` blocks each. Without
 // SPLIT the block takes its whole tile, and the constants fold away.
 struct KeySplit {
     int tile, tiles, part, parts;
 
     template <bool SPLIT> static __device__ __forceinline__ KeySplit of_block(int split_rows, int parts) {
-        if constexpr (!SPLIT) return {(int)blockIdx.y, (int)gridDim.y, 0, 1};
-        const int y = blockIdx.y, tiles = gridDim.y - split_rows * (parts - 1);
-        if (y < split_rows * parts) return {y / parts, tiles, y % parts, parts};
-        return {y - split_rows * (parts - 1), tiles, 0, 1};
+        if constexpr (!SPLIT) return {(int)blockIdx.z, (int)gridDim.z, 0, 1};
+        const int z = blockIdx.z, tiles = gridDim.z - split_rows * (parts - 1);
+        if (z < split_rows * parts) return {z / parts, tiles, z % parts, parts};
+        return {z - split_rows * (parts - 1), tiles, 0, 1};
     }
     __device__ __forceinline__ int first(int kv_tiles) const { return part * kv_tiles / parts; }
     __device__ __forceinline__ int end(int kv_tiles) const { return (part + 1) * kv_tiles / parts; }
@@ -307,7 +310,7 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
     KVTile* ks = reinterpret_cast<KVTile*>(smem);   // [2 stages]
     KVTile* vs = ks + 2;
 
-    const QueryTile qt = QueryTile::of_block(BM, blockIdx.y, gridDim.y, block_tables, max_blocks, seq_lens,
+    const QueryTile qt = QueryTile::of_block(BM, blockIdx.z, gridDim.z, block_tables, max_blocks, seq_lens,
                                              query_start_loc, nh, nkv, bs);
     if (qt.first_row >= qt.n) return;
     const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -494,7 +497,7 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
     wgmma_wait<0>();
     fence_registers(o);
     if constexpr (SPLIT) if (split.parts > 1) {
-        const int64_t slot = ((int64_t)blockIdx.z * split_rows + split.tile) * nh + h;
+        const int64_t slot = ((int64_t)blockIdx.y * split_rows + split.tile) * nh + h;
         if (!merge_parts<D, NTHREADS>(o, m, l, partials + slot * parts * (D / 2 + 4) * NTHREADS, counters + slot,
                                       split.part, parts))
             return;
@@ -520,7 +523,7 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
 FOR_EACH_DTYPE(PREFILL_ALL)
 
 // wgmma: 128 registers a thread at most, so an SM holds 4 / WG blocks. The _split_ kernel
-// splits the keys of the grid's first split_rows rows; the plain one leaves those
+// splits the keys of each sequence's first split_rows tiles; the plain one leaves those
 // parameters unused (one signature for both), and its code has no trace of the split.
 #define PREFILL_WG_CALL(T, WG, SPLIT)                                                                          \
     attn_prefill_wgmma<T, WG, SPLIT>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens,        \

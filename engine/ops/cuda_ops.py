@@ -126,9 +126,9 @@ class PrefillTiles:
         return cls(query_lens, seq_lens, tiles)
 
     def key_tiles(self, m_tiles: int) -> tuple[np.ndarray, int]:
-        """Per row of the grid at this tile height (its order: each sequence's last tile
-        first), the K/V tiles of BN keys the row's longest query tile reads; and what all
-        the query tiles read together."""
+        """Per step of the grid's z at this tile height (the z-th tile of every sequence,
+        counted from its last), the K/V tiles of BN keys the longest of those query tiles
+        reads; and what all the query tiles read together."""
         rows = _PREFILL_ROWS_PER_M_TILE * m_tiles
         tiles = -(-self.query_lens // rows)
         seq = np.repeat(np.arange(len(tiles)), tiles)
@@ -140,9 +140,10 @@ class PrefillTiles:
         return by_row, int(kv_tiles.sum())
 
     def split(self, nh: int, m_tiles: int, slots: int) -> tuple[int, int]:
-        """(parts, rows): the first `rows` rows of the wgmma prefill grid at this tile height
-        (the longest tiles) take `parts` blocks each, each an even share of the tile's keys,
-        on a GPU that runs `slots` such blocks at once; (1, 0): nothing is split.
+        """(parts, rows): the first `rows` tiles of every sequence in the wgmma prefill grid
+        at this tile height (the longest, grid.z's first) take `parts` blocks each, each an
+        even share of the tile's keys, on a GPU that runs `slots` such blocks at once;
+        (1, 0): nothing is split.
 
         A block's fair share is every query tile's K/V tiles over the slots (at least
         _PREFILL_MIN_PART_TILES). Where the longest tile reads 1.5 shares or more (a long
@@ -480,10 +481,10 @@ class CudaOps(Ops):
             if parts > 1:
                 partials = self._partials(_split_state_floats(B, rows, nh, parts, mt, d))
                 counters = self._counters(B * rows * nh, q.device)
-            self._k["prefill_wg", dt, d, mt, parts > 1]((nh, tiles + rows * (parts - 1), B), 128 * mt, *args, rows,
+            self._k["prefill_wg", dt, d, mt, parts > 1]((nh, B, tiles + rows * (parts - 1)), 128 * mt, *args, rows,
                                                         parts, partials, counters, shared=_prefill_wg_smem(mt, d))
         else:
-            self._k["prefill", dt, d, mt]((nh, tiles, B), 128, *args,
+            self._k["prefill", dt, d, mt]((nh, B, tiles), 128, *args,
                                           shared=2 * 2 * _PREFILL_KEYS * (d + _PREFILL_PAD) * 2)  # K, V; 2 stages
 
     def _partials(self, n: int) -> torch.Tensor:
