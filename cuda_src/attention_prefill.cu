@@ -102,23 +102,23 @@ __device__ __forceinline__ float row_reduce(const float (&s)[BN / 8][4], int i, 
     return v[0];
 }
 
-// One K/V tile's step of the online softmax for one 16-row m-tile, in base 2: masks keys
-// past each row's last (`masked`: the tile crosses the diagonal), raises the running max m
-// (of the scaled scores) to the tile's, rescales the running sum l and the output o to it,
+// One K/V tile's step of the online softmax for one 16-row m-tile, in base 2, but for the
+// output: masks keys past each row's last (`masked`: the tile crosses the diagonal), raises
+// the running max m (of the scaled scores) to the tile's, rescales the running sum l to it,
 // and turns the raw scores s into unnormalised probabilities, 2^(s scale - m): one FMA and
-// one ex2 a score. o is left alone while no row's max moves (most tiles of a long row).
+// one ex2 a score. The output's factor is left in corr; returns whether any row of the
+// warp's has one (its max moved: seldom, past a long row's first tiles).
 // Element e of s[nt]: row e / 2, key kv0 + 8 nt + cq + e % 2.
-template <int D>
-__device__ __forceinline__ void softmax_step(float (&s)[BN / 8][4], float (&m)[2], float (&l)[2],
-                                             float (&o)[D / 8][4], const int (&lim)[2], int kv0, int cq,
-                                             bool masked, float scale_log2) {
+__device__ __forceinline__ bool softmax_scores(float (&s)[BN / 8][4], float (&m)[2], float (&l)[2],
+                                               float (&corr)[2], const int (&lim)[2], int kv0, int cq,
+                                               bool masked, float scale_log2) {
     if (masked)
 #pragma unroll
         for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
                 if (kv0 + nt * 8 + cq + (e & 1) > lim[e / 2]) s[nt][e] = -INFINITY;
-    float mx[2], base[2], corr[2];
+    float mx[2], base[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
         mx[i] = row_reduce(s, i, [](float a, float b) { return fmaxf(a, b); });
@@ -137,13 +137,24 @@ __device__ __forceinline__ void softmax_step(float (&s)[BN / 8][4], float (&m)[2
 #pragma unroll
     for (int i = 0; i < 2; ++i)   // per-lane partials; summed over the quad at the end
         l[i] += row_reduce(s, i, [](float a, float b) { return a + b; });
-    if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
+    return __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f);
+}
+
+template <int D> __device__ __forceinline__ void rescale(float (&o)[D / 8][4], const float (&corr)[2]) {
 #pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt) {
-            o[dt][0] *= corr[0]; o[dt][1] *= corr[0];
-            o[dt][2] *= corr[1]; o[dt][3] *= corr[1];
-        }
+    for (int dt = 0; dt < D / 8; ++dt) {
+        o[dt][0] *= corr[0]; o[dt][1] *= corr[0];
+        o[dt][2] *= corr[1]; o[dt][3] *= corr[1];
     }
+}
+
+// The whole step: softmax_scores, then o rescaled where a row's max moved.
+template <int D>
+__device__ __forceinline__ void softmax_step(float (&s)[BN / 8][4], float (&m)[2], float (&l)[2],
+                                             float (&o)[D / 8][4], const int (&lim)[2], int kv0, int cq,
+                                             bool masked, float scale_log2) {
+    float corr[2];
+    if (softmax_scores(s, m, l, corr, lim, kv0, cq, masked, scale_log2)) rescale<D>(o, corr);
 }
 
 // P's keys 16 kk .. 16 kk + 15 as A operands of P V: two adjacent S tiles form one A
@@ -258,11 +269,18 @@ template <typename T, int NTHREADS> struct TileLoader {
 // tile's blocks to do so. That one zeroes the tile's counter for the next launch and merges
 // every part's state into o, m, l in part order, its own read back like the others', so the
 // result does not depend on which block came last.
-template <int D, int NTHREADS>
+// The block's threads FIRST .. FIRST + NTHREADS - 1 take part (the warp-specialized kernel's
+// consumers: then they meet at a named barrier of their own).
+template <int NTHREADS, int FIRST> __device__ __forceinline__ void sync_part() {
+    if constexpr (FIRST == 0) __syncthreads();
+    else asm volatile("bar.sync 1, %0;\n" ::"n"(NTHREADS) : "memory");
+}
+template <int D, int NTHREADS, int FIRST = 0>
 __device__ bool merge_parts(float (&o)[D / 8][4], float (&m)[2], float (&l)[2], float* partials, int* counter,
                             int part, int parts) {
     constexpr int O = D / 2, WORDS = O + 4;   // a thread's o, then m[2] and l[2]
-    float* mine = partials + (int64_t)part * WORDS * NTHREADS + threadIdx.x;
+    const int me = threadIdx.x - FIRST;
+    float* mine = partials + (int64_t)part * WORDS * NTHREADS + me;
 #pragma unroll
     for (int i = 0; i < O; ++i) mine[i * NTHREADS] = o[i / 4][i % 4];
 #pragma unroll
@@ -271,15 +289,15 @@ __device__ bool merge_parts(float (&o)[D / 8][4], float (&m)[2], float (&l)[2], 
         mine[(O + 2 + i) * NTHREADS] = l[i];
     }
     __threadfence();              // the state is visible to the GPU before the count says so
-    __syncthreads();
+    sync_part<NTHREADS, FIRST>();
     __shared__ int arrived;
-    if (threadIdx.x == 0) arrived = atomicAdd(counter, 1);
-    __syncthreads();
+    if (me == 0) arrived = atomicAdd(counter, 1);
+    sync_part<NTHREADS, FIRST>();
     if (arrived != parts - 1) return false;
     __threadfence();
-    if (threadIdx.x == 0) *counter = 0;
+    if (me == 0) *counter = 0;
     for (int p = 0; p < parts; ++p) {
-        const float* part_state = partials + (int64_t)p * WORDS * NTHREADS + threadIdx.x;
+        const float* part_state = partials + (int64_t)p * WORDS * NTHREADS + me;
         float old_scale[2], new_scale[2];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -508,6 +526,152 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
 #endif
 }
 
+// The wgmma kernel, warp-specialized: warpgroup 0 only loads (Q, then K/V tiles into
+// WS_STAGES stages), warpgroups 1 .. CW only compute, 64 query rows each (BM = 64 CW). They
+// meet at mbarriers, not block barriers: a stage's `full` barrier completes once the loaders'
+// copies into it have landed (each loader waits for its own, fences them for the tensor cores
+// and arrives), its `empty` one once every computing warpgroup is done reading it. A consumer issues tile
+// t's S = Q K^T and tile t - 1's P V together and runs tile t's softmax while P V is on the
+// tensor cores; the output is rescaled after it. One block an SM (128 (CW + 1) threads); the
+// same grid, split and results as attn_prefill_wgmma at WG = CW.
+constexpr int WS_STAGES = 4;
+template <typename T, int CW, bool SPLIT>
+__device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k_cache,
+                                const T* __restrict__ v_cache, const int* __restrict__ block_tables, int max_blocks,
+                                const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc,
+                                T* __restrict__ out, int nh, int nkv, int bs, float scale_log2, int split_rows,
+                                int parts, float* partials, int* counters) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int D = 64, BM = 64 * CW, LOADERS = 128, CONSUMERS = 128 * CW, ROW = D * 2, TILE = BN * ROW;
+    constexpr int ALIGN = 1024;
+    constexpr int STAGES = WS_STAGES;
+    extern __shared__ unsigned char smem_unaligned[];
+    unsigned char* smem = smem_unaligned + (-smem_address(smem_unaligned) & (ALIGN - 1));
+    unsigned char* qs = smem;                                                  // [BM rows]
+    const uint32_t kv_stages = smem_address(smem + BM * ROW);                 // [STAGES][K, V]
+    const uint32_t bars = kv_stages + STAGES * 2 * TILE;                      // full[STAGES], empty[STAGES]
+    auto k_tile = [&](int stage) { return kv_stages + 2 * stage * TILE; };
+    auto v_tile = [&](int stage) { return k_tile(stage) + TILE; };
+    auto full = [&](int stage) { return bars + 8 * stage; };
+    auto empty = [&](int stage) { return bars + 8 * (STAGES + stage); };
+
+    const KeySplit split = KeySplit::of_block<SPLIT>(split_rows, parts);
+    const QueryTile qt = QueryTile::of_block(BM, split.tile, split.tiles, block_tables, max_blocks, seq_lens,
+                                             query_start_loc, nh, nkv, bs);
+    if (qt.first_row >= qt.n) return;
+    if (threadIdx.x == 0)
+        for (int stage = 0; stage < STAGES; ++stage) {
+            mbarrier_init(full(stage), LOADERS);
+            mbarrier_init(empty(stage), CONSUMERS);
+        }
+    __syncthreads();
+    const int kv_end = qt.kv_end(BM), kv_tiles = (kv_end + BN - 1) / BN;
+    const int t_first = split.first(kv_tiles), tiles = split.end(kv_tiles) - t_first;
+    // The warpgroup as a value the compiler knows is the same across a warp (a shuffle's): it
+    // would otherwise see the wgmmas below on a divergent path and serialize them.
+    const int h = blockIdx.x, wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
+
+    if (wg == 0) {   // the loaders: Q's rows with tile 0, then a tile a stage, each signalled once it landed
+        for (int i = threadIdx.x; i < BM * D / 8; i += LOADERS) {
+            const int row = i / (D / 8), c = i % (D / 8) * 8;
+            cp_async16(swizzled_128(qs, row, c * 2),
+                       q + (int64_t)(qt.q0 + qt.row_q(qt.first_row + row)) * q_stride + (int64_t)h * D + c, true);
+        }
+        TileLoader<T, LOADERS> loader{qt.table, kv_end};
+        loader.fetch(t_first * BN, qt.bs_shift);
+        for (int i = 0; i < tiles; ++i) {
+            const int stage = i % STAGES;
+            if (i >= STAGES) mbarrier_wait(empty(stage), (i / STAGES - 1) & 1);
+            loader.issue(k_tile(stage), v_tile(stage), k_cache, v_cache, (t_first + i) * BN, qt.bs_shift, nkv,
+                         qt.kvh);
+            cp_async_commit();
+            loader.fetch((t_first + i + 1) * BN, qt.bs_shift);
+            if (i > 0) {              // tile i - 1 has landed: visible to the tensor cores, signalled
+                cp_async_wait<1>();
+                fence_async_proxy();
+                mbarrier_arrive(full((i - 1) % STAGES));
+            }
+        }
+        cp_async_wait<0>();
+        fence_async_proxy();
+        if (tiles > 0) mbarrier_arrive(full((tiles - 1) % STAGES));
+        return;
+    }
+
+    const int cw = wg - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+    const int r = lane / 4, cq = (lane % 4) * 2;
+    int qi[2], lim[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        qi[i] = qt.first_row + cw * 64 + warp * 16 + r + 8 * i;
+        lim[i] = qt.last_key(qi[i]);
+    }
+    float o[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    uint32_t hi[BN / 16][4], lo[BN / 16][4];   // P of the tile before, read by its P V until the wait
+    const uint64_t q_desc = tile_descriptor(qs + cw * 64 * ROW);
+    auto p_times_v = [&](int stage) {          // O += P V, V's 16-key steps 16 rows (2,048 bytes) apart
+        const uint64_t v_desc = smem_descriptor(v_tile(stage));
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            Wgmma<T>::rs_mn(o, hi[kk], v_desc + kk * (16 * ROW >> 4));
+            if constexpr (two_terms<T>) Wgmma<T>::rs_mn(o, lo[kk], v_desc + kk * (16 * ROW >> 4));
+        }
+        wgmma_commit();
+    };
+    // Tile i's S = Q K^T into s, once its stage is full.
+    auto scores = [&](float (&s)[BN / 8][4], int i) {
+        mbarrier_wait(full(i % STAGES), (i / STAGES) & 1);
+        const uint64_t k_desc = smem_descriptor(k_tile(i % STAGES));
+        wgmma_fence();
+#pragma unroll
+        for (int k16 = 0; k16 < D / 16; ++k16) Wgmma<T>::ss(s, q_desc + 2 * k16, k_desc + 2 * k16, k16 > 0);
+        wgmma_commit();
+    };
+    auto masked = [&](int i) { return (t_first + i + 1) * BN - 1 > qt.visible_to_all(); };
+    // The wgmmas sit on no branch the compiler cannot see is taken by the whole warpgroup
+    // (it serializes them there): the first tile is peeled off the loop, and a part without
+    // keys (tiles == 0) leaves the loop at once with everything waited for.
+    if (tiles > 0) {
+        float s[BN / 8][4], corr[2];
+        scores(s, 0);
+        wgmma_wait<0>();
+        fence_registers(s);
+        softmax_scores(s, m, l, corr, lim, t_first * BN, cq, masked(0), scale_log2);   // o is 0: nothing to rescale
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) p_operands<T>(s, kk, hi[kk], lo[kk]);
+    }
+    for (int i = 1; i < tiles; ++i) {
+        float s[BN / 8][4], corr[2];
+        scores(s, i);
+        p_times_v((i - 1) % STAGES);
+        wgmma_wait<1>();              // S (P V of tile i - 1 may still run)
+        fence_registers(s);
+        const bool moved = softmax_scores(s, m, l, corr, lim, (t_first + i) * BN, cq, masked(i), scale_log2);
+        wgmma_wait<0>();              // P V of tile i - 1: its stage is read
+        fence_registers(o);
+        mbarrier_arrive(empty((i - 1) % STAGES));
+        if (moved) rescale<D>(o, corr);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) p_operands<T>(s, kk, hi[kk], lo[kk]);
+    }
+    if (tiles > 0) {
+        wgmma_fence();
+        p_times_v((tiles - 1) % STAGES);
+    }
+    wgmma_wait<0>();
+    fence_registers(o);
+    if constexpr (SPLIT) if (split.parts > 1) {
+        const int64_t slot = ((int64_t)blockIdx.y * split_rows + split.tile) * nh + h;
+        if (!merge_parts<D, CONSUMERS, LOADERS>(o, m, l, partials + slot * parts * (D / 2 + 4) * CONSUMERS,
+                                                counters + slot, split.part, parts))
+            return;
+    }
+    store_rows<T, D>(o, l, qi, qt.n, out, qt.q0, nh, h, cq);
+#else
+    __trap();
+#endif
+}
+
 // MT = 2 (128-row tiles) for long prompts at d = 64; MT = 1 (64 rows) for short queries and
 // for d = 128, whose fragments would not fit twice in the registers.
 #define PREFILL(T, N, D, MT)                                                                                   \
@@ -522,26 +686,27 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
 #define PREFILL_ALL(T, N) PREFILL(T, N, 64, 1) PREFILL(T, N, 64, 2) PREFILL(T, N, 128, 1)
 FOR_EACH_DTYPE(PREFILL_ALL)
 
-// wgmma: 128 registers a thread at most, so an SM holds 4 / WG blocks. The _split_ kernel
-// splits the keys of each sequence's first split_rows tiles; the plain one leaves those
-// parameters unused (one signature for both), and its code has no trace of the split.
-#define PREFILL_WG_CALL(T, WG, SPLIT)                                                                          \
-    attn_prefill_wgmma<T, WG, SPLIT>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens,        \
-                                     query_start_loc, out, nh, nkv, bs, scale_log2, split_rows, parts,         \
-                                     partials, counters)
-#define PREFILL_WG(T, N, WG)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(128 * WG, 4 / WG) attn_prefill_wg_##N##_d64_m##WG(            \
+// One extern "C" entry of a wgmma prefill kernel, attn_prefill_<KIND><dtype>_d64_m<M>: KIND
+// names the kernel and whether it splits keys (the _split_ kernel splits the keys of each
+// sequence's first split_rows tiles; the plain one leaves those parameters unused, one
+// signature for both, and its code has no trace of the split). THREADS a block, BLOCKS an SM;
+// CALL is the kernel's device function.
+#define PREFILL_WGMMA_ENTRY(T, N, KIND, M, THREADS, BLOCKS, CALL)                                             \
+    extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS) attn_prefill_##KIND##N##_d64_m##M(           \
         const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, const int* block_tables,             \
         int max_blocks, const int* seq_lens, const int* query_start_loc, T* out, int nh, int nkv, int bs,      \
         float scale_log2, int split_rows, int parts, float* partials, int* counters) {                         \
         pdl_start();                                                                                           \
-        PREFILL_WG_CALL(T, WG, false);                                                                         \
-    }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(128 * WG, 4 / WG) attn_prefill_wg_split_##N##_d64_m##WG(      \
-        const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, const int* block_tables,             \
-        int max_blocks, const int* seq_lens, const int* query_start_loc, T* out, int nh, int nkv, int bs,      \
-        float scale_log2, int split_rows, int parts, float* partials, int* counters) {                         \
-        pdl_start();                                                                                           \
-        PREFILL_WG_CALL(T, WG, true);                                                                          \
+        CALL(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens, query_start_loc, out, nh, nkv, \
+             bs, scale_log2, split_rows, parts, partials, counters);                                           \
     }
+// attn_prefill_wgmma: 128 registers a thread at most, so an SM holds 4 / WG blocks.
+#define PREFILL_WG(T, N, WG)                                                                                   \
+    PREFILL_WGMMA_ENTRY(T, N, wg_, WG, 128 * WG, 4 / WG, (attn_prefill_wgmma<T, WG, false>))                   \
+    PREFILL_WGMMA_ENTRY(T, N, wg_split_, WG, 128 * WG, 4 / WG, (attn_prefill_wgmma<T, WG, true>))
 PREFILL_WG(bf16, bf16, 1) PREFILL_WG(bf16, bf16, 2) PREFILL_WG(f16, f16, 1) PREFILL_WG(f16, f16, 2)
+// attn_prefill_ws: one block an SM, a loading warpgroup and CW computing ones.
+#define PREFILL_WS(T, N, CW)                                                                                   \
+    PREFILL_WGMMA_ENTRY(T, N, ws_, CW, 128 * (CW + 1), 1, (attn_prefill_ws<T, CW, false>))                     \
+    PREFILL_WGMMA_ENTRY(T, N, ws_split_, CW, 128 * (CW + 1), 1, (attn_prefill_ws<T, CW, true>))
+PREFILL_WS(bf16, bf16, 3) PREFILL_WS(f16, f16, 3)

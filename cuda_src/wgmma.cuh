@@ -48,6 +48,23 @@ template <int N> __device__ __forceinline__ void fence_registers(float (&r)[N][4
 // cp.async writes are generic-proxy writes; wgmma reads through the async proxy.
 __device__ __forceinline__ void fence_async_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// mbarriers in shared memory (at a shared-memory address, 8-byte aligned): a phase completes
+// once `count` arrivals are in; a waiter names the phase by its parity (the barrier's k-th
+// completion has parity k % 2). Arrivals release and waits acquire, at CTA scope.
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+    asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.b32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+
 // The 64 x 64 fp32 accumulator: 8 fragments of 16 x 8 (this warp's 16 rows), as mma.sync
 // lays them out; operands %0 .. %31.
 #define WGMMA_D "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \

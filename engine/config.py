@@ -20,6 +20,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
 ENV_OVERRIDES = {"decode_slack": ("ROADGATE_DECODE_SLACK", float),
                  "prefill_m_tiles": ("ROADGATE_PREFILL_M_TILES", int),
                  "prefill_wgmma": ("ROADGATE_PREFILL_WGMMA", lambda v: v not in ("", "0")),
+                 "prefill_ws": ("ROADGATE_PREFILL_WS", lambda v: v not in ("", "0")),
                  "decode_few_rows": ("ROADGATE_DECODE_FEW_ROWS", int),
                  "decode_few_chunk": ("ROADGATE_DECODE_FEW_CHUNK", int),
                  "gemv_max_rows": ("ROADGATE_GEMV_MAX_ROWS", int),
@@ -59,11 +60,16 @@ class EngineConfig:
     # ms against 0.720-0.934 at 256 and 0.693-0.713 with the work list, session 24).
     decode_few_chunk: int = 128
     # Query rows per warp of the prefill kernel, in 16-row m-tiles: 0 picks per step
-    # (engine.ops.cuda_ops.CudaOps.prefill_m_tiles); 1 or 2 forces one (tests, sweeps).
+    # (engine.ops.cuda_ops.CudaOps.prefill_m_tiles); 1 or 2 forces one (tests, sweeps), and 3
+    # the warp-specialized kernel's 192-row tiles (prefill_ws).
     prefill_m_tiles: int = 0
     # 16-bit prefill attention at head dim 64 on Hopper's warpgroup MMA (sm_90a), not mma.sync
     # (cuda_src/attention_prefill.cu); off: mma.sync everywhere (A/B runs).
     prefill_wgmma: bool = True
+    # Its tall tiles in the warp-specialized kernel: 192 rows, a loading warpgroup and three
+    # computing ones, mbarriers between them (attn_prefill_ws); off: 128 rows in the kernel whose
+    # warpgroups all load and compute (A/B runs).
+    prefill_ws: bool = True
     # The gemv kernels take up to 8 rows but beat norm/activation + cuBLAS only up to
     # about 2 (benchmarks/kernel_bench.py: 1 row 12.6 vs 21.3 µs a layer, 4 rows 24.4 vs 21.9).
     gemv_max_rows: int = 2
@@ -98,8 +104,8 @@ class EngineConfig:
                              f"of {self.block_size}")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
-        if self.prefill_m_tiles not in (0, 1, 2):
-            raise ValueError(f"prefill_m_tiles must be 0 (chosen per step), 1 or 2, not {self.prefill_m_tiles}")
+        if self.prefill_m_tiles not in (0, 1, 2, 3):
+            raise ValueError(f"prefill_m_tiles must be 0 (chosen per step), 1, 2 or 3, not {self.prefill_m_tiles}")
         if self.decode_few_chunk < 16 or self.decode_few_chunk % 16:
             raise ValueError(f"decode_few_chunk must be a positive multiple of 16, not {self.decode_few_chunk}")
         if self.decode_slack < 1 or min(self.decode_few_rows, self.gemv_max_rows, self.gemm_max_rows) < 0:

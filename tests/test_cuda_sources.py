@@ -66,13 +66,15 @@ def test_an_installed_roadgate_carries_the_kernel_sources(tmp_path):
 
 def _kernel_definitions(source: str):
     """(pattern of the exported name, parameter list, the text after it) of each `extern "C"`
-    kernel, past attributes such as __launch_bounds__(...); a macro's ##N## parts stand for
-    letters and digits."""
+    kernel, past attributes such as __launch_bounds__(...); in a macro's name, the parts pasted
+    with ## that are its parameters (upper case: N, MT) stand for letters and digits, and a
+    KIND part for words that each end in an underscore (wg_, ws_split_)."""
     text = source.replace("\\\n", " ")
     for m in re.finditer(r'extern "C" __global__ void\s+(?:__\w+__\((?:[^()]|\([^)]*\))*\)\s*)*'
                          r'([\w#]+)\s*\(([^)]*)\)', text):
-        name = re.escape(m[1]).replace(r"\#\#", "##")
-        name = re.sub(r"##\w+##|##\w+", "[A-Za-z0-9]+", name)
+        name = "".join("(?:[A-Za-z0-9]+_)+" if part == "KIND" else
+                       "[A-Za-z0-9]+" if re.fullmatch(r"[A-Z][A-Z0-9_]*", part) else re.escape(part)
+                       for part in m[1].split("##"))
         yield re.compile(name + "$"), m[2], text[m.end():]
 
 
@@ -124,6 +126,16 @@ def test_the_check_sees_a_drifted_signature():
     source = 'extern "C" __global__ void embed_rows(const int64_t* ids, const char* t, char* out, int64_t n) {}'
     [(pattern, letters)] = declared_kernels(source).items()
     assert pattern.match("embed_rows") and "".join(letters) == "PPPl"   # the table's PPPi would now fail
+
+
+def test_a_macros_name_parts_match_only_their_own_kernels():
+    # N stands for a dtype (no underscore), KIND for words ending in one: the mma.sync kernels'
+    # pattern must not take a wgmma kernel's name, nor the other way round.
+    source = ('#define A(T, N, D) extern "C" __global__ void attn_##N##_d##D(const T* q, int n) {}\n'
+              '#define B(T, N, KIND) extern "C" __global__ void attn_##KIND##N##_d64(const T* q, float s) {}\n')
+    mma, wgmma = declared_kernels(source)
+    assert mma.match("attn_bf16_d64") and not mma.match("attn_ws_split_bf16_d64")
+    assert wgmma.match("attn_ws_split_bf16_d64") and wgmma.match("attn_wg_f16_d64") and not wgmma.match("attn_bf16_d64")
 
 
 def test_every_kernel_waits_for_the_one_before_it_first():

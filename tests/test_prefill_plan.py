@@ -6,7 +6,7 @@ import pytest
 
 from engine.ops.cuda_ops import PrefillTiles
 
-H200_SLOTS = {1: 528, 2: 264}     # 132 SMs: 4 blocks of 64 query rows an SM, 2 of 128
+H200_SLOTS = {1: 528, 2: 264, 3: 132}   # 132 SMs: 4 blocks of 64 query rows an SM, 2 of 128, 1 of 192
 
 
 def plan(query_lens, seq_lens) -> PrefillTiles:
@@ -18,11 +18,13 @@ def test_each_grid_row_counts_its_longest_key_chain():
     # [130 after 70 cached], 64-row tiles: they read 134, 198 and 200 keys, 3, 4 and 4 K/V
     # tiles of 64; [1 after 899]: one tile, 900 keys, 15 K/V tiles, in the first's grid row.
     p = plan([130, 1], [200, 900])
-    assert p.by_m_tiles == {1: 4, 2: 3}
+    assert p.by_m_tiles == {1: 4, 2: 3, 3: 2}
     rows, total = p.key_tiles(1)
     assert rows.tolist() == [4, 4, 15] and total == 3 + 4 + 4 + 15
     rows, total = p.key_tiles(2)                   # 128-row tiles: 198 and 200 keys
     assert rows.tolist() == [4, 15] and total == 4 + 4 + 15
+    rows, total = p.key_tiles(3)                   # 192-row tiles (the warp-specialized kernel's): 200 keys
+    assert rows.tolist() == [15] and total == 4 + 15
 
 
 @pytest.mark.parametrize("query_lens,seq_lens,m_tiles,split", [
@@ -34,6 +36,8 @@ def test_each_grid_row_counts_its_longest_key_chain():
     ([3000], [3000], 1, (3, 47)),               # a share of 20
     ([1000], [1000], 1, (2, 8)),                # 8 rows past the share of 8: 216 blocks, one wave
     ([6000], [6000], 2, (1, 0)),                # the longest reads 1.2 shares of 77: not worth it
+    ([4000], [4000], 3, (1, 0)),                # 192-row tiles read 3 .. 63, 1.3 shares of 48 (132 slots)
+    ([3000], [3000], 3, (2, 16)),               # 3 .. 48: 1.7 shares of 28
     ([1000] * 64, [1000] * 64, 1, (1, 0)),      # many blocks: balanced as they are
     ([400], [400], 1, (1, 0)),                  # chains of 7 K/V tiles: not worth a merge
     ([64], [8000], 1, (4, 1)),                  # one tile after a long prefix: 4 parts at most

@@ -17,7 +17,8 @@ import torch
 from engine.config import EngineConfig
 from engine.ops import cuda_build
 from engine.ops.base import Ops, SamplingTensors
-from engine.ops.kernel_table import (DECODE_GROUPS, GEMM_TILES, KERNELS, PREFILL_SHAPES, PREFILL_WG_SHAPES, GemmTile,
+from engine.ops.kernel_table import (DECODE_GROUPS, GEMM_TILES, KERNELS, PREFILL_SHAPES, PREFILL_WG_SHAPES,
+                                     PREFILL_WS_M_TILES, GemmTile,
                                      constant)
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
@@ -25,6 +26,7 @@ _ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
 # Shared with cuda_src/ through the kernel table, which a CPU test checks against the sources.
 _PREFILL_ROWS_PER_M_TILE = constant("PREFILL_ROWS_PER_M_TILE")
 _PREFILL_KEYS, _PREFILL_PAD = constant("PREFILL_KEYS"), constant("PREFILL_PAD")
+_PREFILL_WS_STAGES = constant("PREFILL_WS_STAGES")
 _PREFILL_BLOCKS_PER_SM = constant("PREFILL_BLOCKS_PER_SM")
 # Queries no longer than this keep 64-row prefill tiles whatever their number: their K/V
 # chains are short, and twice the blocks balanced better (wall ms, 64 against 128 rows, two
@@ -34,6 +36,8 @@ _PREFILL_TALL_MIN_QUERY = 2048
 # Split keys (cuda_src/attention_prefill.cu): a block takes at least this many K/V tiles
 # (against the merge's cost), and a tile is split into at most this many blocks.
 _PREFILL_MIN_PART_TILES, _PREFILL_MAX_PARTS = 8, 4
+# Tiles are split where the longest reads at least this many blocks' fair shares.
+_PREFILL_SPLIT_MIN_SHARES = 1.5
 # The split's workspace holds a state per part of every (sequence, split row, head): at most
 # this many floats (64 MB). Each decode row of a mixed step is a sequence of the grid, so
 # splitting a long chunk beside 200 of them would take gigabytes (201 x 47 rows: 3 GB).
@@ -122,7 +126,8 @@ class PrefillTiles:
 
     @classmethod
     def of_step(cls, query_lens: np.ndarray, seq_lens: np.ndarray) -> "PrefillTiles":
-        tiles = {mt: int(np.ceil(query_lens / (_PREFILL_ROWS_PER_M_TILE * mt)).sum()) for mt in (1, 2)}
+        tiles = {mt: int(np.ceil(query_lens / (_PREFILL_ROWS_PER_M_TILE * mt)).sum())
+                 for mt in (*PREFILL_WG_SHAPES, PREFILL_WS_M_TILES)}
         return cls(query_lens, seq_lens, tiles)
 
     def key_tiles(self, m_tiles: int) -> tuple[np.ndarray, int]:
@@ -163,7 +168,7 @@ class PrefillTiles:
         key_tiles, total = self.key_tiles(m_tiles)
         share = max(_PREFILL_MIN_PART_TILES, math.ceil(nh * total / slots))
         longest = int(key_tiles.max())
-        if 2 * longest < 3 * share:
+        if longest < _PREFILL_SPLIT_MIN_SHARES * share:
             return 1, 0
         parts = min(_PREFILL_MAX_PARTS, math.ceil(longest / share))
         longer = int(np.flatnonzero(key_tiles > share)[-1]) + 1
@@ -183,6 +188,13 @@ def _split_state_floats(sequences: int, rows: int, nh: int, parts: int, m_tiles:
 def _prefill_wg_smem(m_tiles: int, d: int) -> int:
     """The wgmma prefill kernel's shared memory: Q, 2 stages of K and V; 1 KB for alignment."""
     return (_PREFILL_ROWS_PER_M_TILE * m_tiles + 2 * 2 * _PREFILL_KEYS) * d * 2 + 1024
+
+
+def _prefill_ws_smem(m_tiles: int) -> int:
+    """The warp-specialized prefill kernel's (d = 64): Q, its stages of K and V, a full and an
+    empty mbarrier a stage; 1 KB for alignment."""
+    return (m_tiles * _PREFILL_ROWS_PER_M_TILE + _PREFILL_WS_STAGES * 2 * _PREFILL_KEYS) * 64 * 2 \
+        + _PREFILL_WS_STAGES * 2 * 8 + 1024
 
 
 class CudaOps(Ops):
@@ -211,6 +223,9 @@ class CudaOps(Ops):
         self.forced_m_tiles = config.prefill_m_tiles
         arch = cuda_build.arch_of(major, minor)
         self.prefill_wgmma = config.prefill_wgmma and arch == "sm_90a"
+        # Tall tiles: 192 rows in the warp-specialized kernel, else 128 (in 64-row units).
+        self.prefill_ws = self.prefill_wgmma and config.prefill_ws
+        self.tall_m_tiles = PREFILL_WS_M_TILES if self.prefill_ws else 2
         self.gemv_max_rows = config.gemv_max_rows
         self.gemm_max_rows = config.gemm_max_rows
         try:
@@ -229,6 +244,10 @@ class CudaOps(Ops):
         # prefill_split), and the split tiles' partial states (one buffer: launches are ordered).
         self._prefill_slots = {mt: self.num_sms * self._k["prefill_wg", "bf16", 64, mt, True].blocks_per_sm(
             128 * mt, _prefill_wg_smem(mt, 64)) for mt in PREFILL_WG_SHAPES} if self.prefill_wgmma else {}
+        if self.prefill_ws:
+            mt = PREFILL_WS_M_TILES
+            self._prefill_slots[mt] = self.num_sms * self._k["prefill_ws", "bf16", True].blocks_per_sm(
+                128 * (mt + 1), _prefill_ws_smem(mt))
         self._prefill_partials = torch.empty(0, dtype=torch.float32, device="cuda")
         # Decode attention's per-(sequence, KV head) split counters. Kernels leave them
         # zero; a larger batch gets a new buffer, and old ones stay alive because
@@ -443,22 +462,24 @@ class CudaOps(Ops):
 
     def prefill_m_tiles(self, meta, nh: int, d: int, wgmma: bool) -> int:
         """The prefill tile's height in 64-row units: 16-row m-tiles per warp of the mma.sync
-        kernel, warpgroups of the wgmma one. Two (128-query tiles) reuse each K/V tile
-        twice, but make half as many blocks: they are taken where a query is longer than
-        _PREFILL_TALL_MIN_QUERY and the blocks fill the GPU: every slot of the wgmma
-        kernel's once (prefill_split balances what is left), of the mma.sync kernel's twice
-        over. Fewer, and the longest tile sets the time."""
+        kernel, computing warpgroups of the wgmma ones. Tall tiles (two, 128 queries; three,
+        192, in the warp-specialized kernel, tall_m_tiles) reuse each K/V tile more, but make
+        fewer blocks: they are taken where a query is longer than _PREFILL_TALL_MIN_QUERY and
+        the blocks fill the GPU: every slot of the wgmma kernel's once (prefill_split balances
+        what is left), of the mma.sync kernel's twice over. Fewer, and the longest tile sets
+        the time."""
         if self.forced_m_tiles:
-            if (d, self.forced_m_tiles) not in PREFILL_SHAPES:
+            ws = self.forced_m_tiles == PREFILL_WS_M_TILES and wgmma and self.prefill_ws
+            if (d, self.forced_m_tiles) not in PREFILL_SHAPES and not ws:
                 raise ValueError(f"the prefill kernel has no {self.forced_m_tiles} m-tiles shape for head dim {d}")
             return self.forced_m_tiles
         if (d, 2) not in PREFILL_SHAPES or meta.max_query_len <= _PREFILL_TALL_MIN_QUERY:
             return 1
-        tall = 2 * _PREFILL_ROWS_PER_M_TILE
-        tiles = meta.plan.by_m_tiles[2] if isinstance(meta.plan, PrefillTiles) else \
-            meta.seq_lens.shape[0] * math.ceil(meta.max_query_len / tall)     # a bound, where no plan was made
-        slots = self._prefill_slots[2] if wgmma else 2 * self.num_sms * _PREFILL_BLOCKS_PER_SM
-        return 2 if nh * tiles >= slots else 1
+        mt = self.tall_m_tiles if wgmma else 2
+        tiles = meta.plan.by_m_tiles[mt] if isinstance(meta.plan, PrefillTiles) else \
+            meta.seq_lens.shape[0] * math.ceil(meta.max_query_len / (mt * _PREFILL_ROWS_PER_M_TILE))  # a bound
+        slots = self._prefill_slots[mt] if wgmma else 2 * self.num_sms * _PREFILL_BLOCKS_PER_SM
+        return mt if nh * tiles >= slots else 1
 
     def prefill_split(self, meta, nh: int, m_tiles: int) -> tuple[int, int]:
         """How the wgmma prefill kernel splits the step's tiles (PrefillTiles.split) on this
@@ -481,8 +502,13 @@ class CudaOps(Ops):
             if parts > 1:
                 partials = self._partials(_split_state_floats(B, rows, nh, parts, mt, d))
                 counters = self._counters(B * rows * nh, q.device)
-            self._k["prefill_wg", dt, d, mt, parts > 1]((nh, B, tiles + rows * (parts - 1)), 128 * mt, *args, rows,
-                                                        parts, partials, counters, shared=_prefill_wg_smem(mt, d))
+            grid = (nh, B, tiles + rows * (parts - 1))
+            if mt == PREFILL_WS_M_TILES:     # a loading warpgroup and mt computing ones
+                self._k["prefill_ws", dt, parts > 1](grid, 128 * (mt + 1), *args, rows, parts, partials, counters,
+                                                     shared=_prefill_ws_smem(mt))
+            else:
+                self._k["prefill_wg", dt, d, mt, parts > 1](grid, 128 * mt, *args, rows, parts, partials, counters,
+                                                            shared=_prefill_wg_smem(mt, d))
         else:
             self._k["prefill", dt, d, mt]((nh, B, tiles), 128, *args,
                                           shared=2 * 2 * _PREFILL_KEYS * (d + _PREFILL_PAD) * 2)  # K, V; 2 stages

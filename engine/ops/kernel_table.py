@@ -18,6 +18,7 @@ DECODE_GROUPS = (1, 2, 3, 4, 8)   # query heads per KV head the decode kernel is
 PREFILL_SHAPES = ((64, 1), (64, 2), (128, 1))
 # Warpgroups a block (64 query rows each) the wgmma prefill kernel is built for: 16-bit, d = 64.
 PREFILL_WG_SHAPES = (1, 2)
+PREFILL_WS_M_TILES = 3            # the warp-specialized kernel's computing warpgroups: 64 rows each
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ CONSTANTS = {
     "PREFILL_KEYS": ("attention_prefill.cu", "BN", 64),
     "PREFILL_PAD": ("attention_prefill.cu", "PAD", 8),
     "PREFILL_BLOCKS_PER_SM": ("attention_prefill.cu", "BLOCKS_PER_SM", 2),
+    "PREFILL_WS_STAGES": ("attention_prefill.cu", "WS_STAGES", 4),
     "DECODE_THREADS": ("attention_decode.cu", "THREADS", 128),
     "DECODE_MIN_CHUNK": ("attention_decode.cu", "MIN_CHUNK", 128),
     "DECODE_MAX_CHUNK": ("attention_decode.cu", "MAX_CHUNK", 2048),
@@ -105,6 +107,9 @@ def _specs() -> list[KernelSpec]:
             specs += [KernelSpec(("prefill_wg", dt, 64, wg, split), "attention_prefill",
                                  f"attn_prefill_wg_{'split_' if split else ''}{dt}_d64_m{wg}", "PlPPPiPPPiiifiiPP")
                       for wg in PREFILL_WG_SHAPES for split in (False, True)]
+            specs += [KernelSpec(("prefill_ws", dt, split), "attention_prefill",
+                                 f"attn_prefill_ws_{'split_' if split else ''}{dt}_d64_m{PREFILL_WS_M_TILES}",
+                                 "PlPPPiPPPiiifiiPP") for split in (False, True)]
         for d in HEAD_DIMS:
             specs += [KernelSpec(("decode", dt, d, g), "attention_decode", f"attn_decode_{dt}_d{d}_g{g}",
                                  "PlPPPiPPPPPPiiifPPPPPPi") for g in DECODE_GROUPS]

@@ -520,8 +520,8 @@ def test_prefill_attention(ops, dtype, nh, nkv, d, query_lens, seq_lens):
     check_attention(ops, query_lens, seq_lens, nh, nkv, d, dtype)
 
 
-@pytest.fixture(scope="module", params=[(1, False), (2, False), (1, True), (2, True)],
-                ids=["mma-64", "mma-128", "wgmma-64", "wgmma-128"])
+@pytest.fixture(scope="module", params=[(1, False), (2, False), (1, True), (2, True), (3, True)],
+                ids=["mma-64", "mma-128", "wgmma-64", "wgmma-128", "wgmma-ws-192"])
 def ops_prefill_shape(request, ops):
     from engine.ops.cuda_ops import CudaOps
     m_tiles, wgmma = request.param
@@ -535,7 +535,9 @@ def ops_prefill_shape(request, ops):
                                                  ([200, 3000, 50], [200, 3100, 2050]), ([5, 100, 17], [40, 1100, 17]),
                                                  ([3, 64, 1], [500, 64, 77])])
 @pytest.mark.parametrize("nh,nkv", [(9, 3), (32, 8), (8, 4)])
-def test_prefill_attention_at_both_tile_heights(ops_prefill_shape, dtype, query_lens, seq_lens, nh, nkv):
+def test_prefill_attention_at_every_tile_height(ops_prefill_shape, dtype, query_lens, seq_lens, nh, nkv):
+    if ops_prefill_shape.forced_m_tiles == 3 and dtype == torch.float32:
+        pytest.skip("192-row tiles are the warp-specialized kernel's, which reads 16-bit caches")
     check_attention(ops_prefill_shape, query_lens, seq_lens, nh, nkv, 64, dtype)
 
 
@@ -566,45 +568,62 @@ def test_prefill_takes_tall_tiles_only_for_long_queries_that_fill_the_gpu(ops):
     short = dataclasses.replace(meta, plan=ops.plan_step([2048] * 64, [2048] * 64), max_query_len=2048)
     assert ops.prefill_m_tiles(short, 9, 64, wgmma=False) == 1      # short K/V chains: 64-row tiles, however many
     assert ops.plan_step([1, 1], [5, 9]) is None       # decode: nothing to plan
-    if ops.prefill_wgmma:   # the wgmma kernel splits keys: one wave of its 128-row blocks is enough
-        assert ops.prefill_m_tiles(one_prompt, 9, 64, wgmma=True) == (2 if 9 * 32 >= ops._prefill_slots[2] else 1)
+    if ops.prefill_wgmma:   # the wgmma kernels split keys: one wave of their tall blocks is enough
+        tall = ops.tall_m_tiles
+        assert tall == 3 and one_prompt.plan.by_m_tiles[3] == 21     # the warp-specialized kernel's 192 rows
+        assert ops.prefill_m_tiles(one_prompt, 9, 64, wgmma=True) == (tall if 9 * 21 >= ops._prefill_slots[tall] else 1)
         three = dataclasses.replace(meta, plan=ops.plan_step([3000], [3000]), max_query_len=3000)
-        assert ops.prefill_m_tiles(three, 9, 64, wgmma=True) == (2 if 9 * 24 >= ops._prefill_slots[2] else 1)
+        assert ops.prefill_m_tiles(three, 9, 64, wgmma=True) == (tall if 9 * 16 >= ops._prefill_slots[tall] else 1)
         assert ops.prefill_m_tiles(short, 9, 64, wgmma=True) == 1
 
 
 def test_prefill_split_plans_for_the_blocks_this_gpu_runs_at_once(ops):
     """tests/test_prefill_plan.py checks the plan on the host for 132 SMs; here, that the
     slots it is given are what this GPU runs of the split kernels (4 blocks of 64 query rows
-    an SM, 2 of 128: their registers allow no more), and that a step plans once."""
+    an SM, 2 of 128: their registers allow no more; 1 of the warp-specialized kernel's 192),
+    and that a step plans once."""
     if not ops.prefill_wgmma:
         pytest.skip("keys are split by the wgmma prefill kernel, which needs an sm_90a GPU")
-    assert ops._prefill_slots == {1: 4 * ops.num_sms, 2: 2 * ops.num_sms}
+    assert ops._prefill_slots == {1: 4 * ops.num_sms, 2: 2 * ops.num_sms, 3: ops.num_sms}
     meta = AttentionMetadata(query_start_loc=None, seq_lens=None, block_tables=None, slot_mapping=None,
-                             max_query_len=4000, max_seq_len=4000, plan=ops.plan_step([4000], [4000]))
-    for m_tiles in (1, 2):
+                             max_query_len=3000, max_seq_len=3000, plan=ops.plan_step([3000], [3000]))
+    for m_tiles in (1, 2, 3):
         split = ops.prefill_split(meta, 9, m_tiles)
         assert split == meta.plan.split(9, m_tiles, ops._prefill_slots[m_tiles]) and split[0] > 1
         assert ops.prefill_split(meta, 9, m_tiles) is split     # kept for the step's other layers
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["ws-192", "wg-128"])
+def ops_tall(request, ops):
+    """The engine's ops with the tall tiles of either wgmma kernel: the warp-specialized one
+    (the default) or the 128-row one."""
+    if not ops.prefill_wgmma:
+        pytest.skip("keys are split by the wgmma prefill kernels, which need an sm_90a GPU")
+    from engine.ops.cuda_ops import CudaOps
+    return CudaOps(EngineConfig.from_env(model="", backend="cuda", prefill_ws=request.param))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("query_lens,seq_lens", [
     ([1000], [1000]),                      # one prompt: the rows past the share split, in one wave
     ([2000], [2000]),                      # every row split
-    ([4000], [4000]),                      # 128-row tiles, every row split
+    ([3000], [3000]),                      # tall tiles (192 rows), every row split
+    ([4000], [4000]),                      # tall tiles (128 rows), every row split
     ([1000], [6000]),                      # a chunk after a long cached prefix
     ([256, 256, 1], [8000, 256, 300]),     # the split rows hold short tiles too: some parts get no keys
     ([2500, 40, 1], [2600, 40, 3000]),
 ])
-def test_prefill_split_tiles_merge_to_the_reference_launch_after_launch(ops, dtype, query_lens, seq_lens):
+def test_prefill_split_tiles_merge_to_the_reference_launch_after_launch(ops_tall, dtype, query_lens, seq_lens):
     """The last block of a split tile merges every part's state and zeroes the tile's
-    counter: the result must be right, and the same at every launch."""
-    if not ops.prefill_wgmma:
-        pytest.skip("keys are split by the wgmma prefill kernel, which needs an sm_90a GPU")
+    counter: the result must be right, and the same at every launch. Each case is one the
+    plan splits with one kernel's tall tiles or both (192-row tiles leave 1 x 4,000 whole)."""
+    ops = ops_tall
     q, kv, step = paged_batch(query_lens, seq_lens, 9, 3, 64, dtype)
     ours = planned_by(ops, step, query_lens, seq_lens)
-    assert ops.prefill_split(ours.meta, 9, ops.prefill_m_tiles(ours.meta, 9, 64, wgmma=True))[0] > 1
+    m_tiles = ops.prefill_m_tiles(ours.meta, 9, 64, wgmma=True)
+    if ops.prefill_split(ours.meta, 9, m_tiles)[0] == 1:
+        assert (ops.tall_m_tiles, query_lens) in ((3, [4000]), (2, [3000])), "a case meant to split did not"
+        pytest.skip(f"{query_lens} is not split at {64 * m_tiles}-row tiles")
     outs = [ops.attention(q, kv, ours) for _ in range(3)]
     assert rel_err(outs[0], REF.attention(q.float(), kv.float(), step)) <= 1e-2
     assert all(torch.equal(o, outs[0]) for o in outs[1:])
