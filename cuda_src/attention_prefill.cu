@@ -1,7 +1,7 @@
 // Causal paged attention for a variable-length batch of multi-token queries
 // (prefill and chunked prefill), flash-attention 2 style on the tensor cores.
 //
-// Two kinds of kernel, the same tiles, softmax and output:
+// Three kernels, the same tiles, softmax and output:
 //   attn_prefill_<dtype>_d<D>_m<MT>   mma.sync (any sm_80 and later, every dtype): one block
 //        per (query head, tile of BM queries, sequence); 4 warps, each owning MT m-tiles of 16
 //        query rows (BM = 64 MT). K/V tiles of 64 keys are gathered through the block table
@@ -15,6 +15,9 @@
 //        values is 128 bytes); S = Q K^T reads Q and K from there, O += P V takes P from
 //        registers and V as an MN-major operand. No ldmatrix, no padding, and the multiplies
 //        of one warpgroup run while another's softmax does.
+//   attn_prefill_ws_<dtype>_d64_m<CW> the same multiplies, warp-specialized (the tall tiles:
+//        CW = 3, 192 rows): one warpgroup loads, CW compute, and they meet at mbarriers, not
+//        block barriers; a computing warpgroup's P V runs under its next tile's softmax.
 // In bf16, P goes into P V as two operand terms, hi + lo (~16 mantissa bits, not 8):
 // P rounded to bf16 alone, as flash attention does, cost greedy agreement with float32
 // (60 chat prompts: 72% against the torch reference's 83%); fp16's 11 bits need no lo term. Query j of a sequence
@@ -23,13 +26,15 @@
 // fp32 caches are rounded to bf16 on their way to shared memory (accumulation stays fp32).
 // Launch: grid = (nh, B, ceil(max_query_len / BM)); mma.sync: block = 128, dynamic smem =
 // 2 stages x (K, V) x BN x (D + PAD) 16-bit values; wgmma: block = 128 WG, dynamic smem =
-// (BM + 2 stages x (K, V) x BN) x 128 bytes + 1024 (the tiles start 1024-byte aligned).
+// (BM + 2 stages x (K, V) x BN) x 128 bytes + 1024 (the tiles start 1024-byte aligned);
+// warp-specialized: block = 128 (CW + 1), dynamic smem = (BM + WS_STAGES x (K, V) x BN) x 128
+// bytes + 2 WS_STAGES mbarriers of 8 bytes + 1024.
 // The GPU starts blocks in the order of their index (x fastest), so grid.z counts each
 // sequence's tiles from its last: every sequence's longest tile starts in the first wave and
 // its shortest ones fill the last (z slowest, not y: with y the tiles, a batch's last sequence
 // started its longest tiles last, and they set the kernel's time). The heads of one KV head
 // sit side by side in x, so their K/V reads meet in L2.
-// Split keys (wgmma kernel): when one long prompt makes too few blocks to fill the GPU, its
+// Split keys (wgmma kernels): when one long prompt makes too few blocks to fill the GPU, its
 // longest tile's chain of K/V tiles sets the kernel's time. The host then gives the first
 // `split_rows` tiles of every sequence (the longest) `parts` blocks each, side by side in
 // grid.z; each takes an even share of the tile's K/V tiles and leaves its unnormalised
