@@ -18,8 +18,7 @@ from engine.config import EngineConfig
 from engine.ops import cuda_build
 from engine.ops.base import Ops, SamplingTensors
 from engine.ops.kernel_table import (DECODE_GROUPS, GEMM_TILES, KERNELS, PREFILL_SHAPES, PREFILL_WG_SHAPES,
-                                     PREFILL_WS_M_TILES, GemmTile,
-                                     constant)
+                                     PREFILL_WS_M_TILES, GemmTile, constant)
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 _ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
