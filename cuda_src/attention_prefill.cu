@@ -540,7 +540,7 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
 // tensor cores; the output is rescaled after it. One block an SM (128 (CW + 1) threads); the
 // same grid, split and results as attn_prefill_wgmma at WG = CW.
 constexpr int WS_STAGES = 4;
-template <typename T, int CW, bool SPLIT>
+template <typename T, int CW, bool SPLIT, int STAGES = WS_STAGES>
 __device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k_cache,
                                 const T* __restrict__ v_cache, const int* __restrict__ block_tables, int max_blocks,
                                 const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc,
@@ -549,7 +549,6 @@ __device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int D = 64, BM = 64 * CW, LOADERS = 128, CONSUMERS = 128 * CW, ROW = D * 2, TILE = BN * ROW;
     constexpr int ALIGN = 1024;
-    constexpr int STAGES = WS_STAGES;
     extern __shared__ unsigned char smem_unaligned[];
     unsigned char* smem = smem_unaligned + (-smem_address(smem_unaligned) & (ALIGN - 1));
     unsigned char* qs = smem;                                                  // [BM rows]
