@@ -174,6 +174,21 @@ __device__ __forceinline__ void p_operands(const float (&s)[BN / 8][4], int kk, 
     }
 }
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// O += P V on the wgmma kernels: P (hi, and lo where two_terms) from registers, V the MN-major
+// tile at v_desc, its 16-key steps 16 rows (2,048 bytes) apart. Issues the wgmmas only.
+template <typename T>
+__device__ __forceinline__ void p_times_v(float (&o)[8][4], const uint32_t (&hi)[BN / 16][4],
+                                          const uint32_t (&lo)[BN / 16][4], uint64_t v_desc) {
+    constexpr int STEP = 16 * 128 >> 4;   // 16 rows of 128 bytes, in the descriptor's 16-byte units
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+        Wgmma<T>::rs_mn(o, hi[kk], v_desc + kk * STEP);
+        if constexpr (two_terms<T>) Wgmma<T>::rs_mn(o, lo[kk], v_desc + kk * STEP);
+    }
+}
+#endif
+
 // Writes one m-tile's output rows, o over the quad's summed l; query rows qi[i] at or past the
 // sequence's n new tokens are not stored.
 template <typename T, int D>
@@ -215,6 +230,26 @@ struct QueryTile {
     __device__ __forceinline__ int last_key(int qi) const { return L - n + row_q(qi); }
     __device__ __forceinline__ int visible_to_all() const { return L - n + first_row; }   // no row masks keys below
     __device__ __forceinline__ int kv_end(int BM) const { return L - n + min(n, first_row + BM); }
+    // A lane's two query rows, from row0 (its fragment's first) and 8 below, and the last key each sees.
+    __device__ __forceinline__ void lane_rows(int row0, int (&qi)[2], int (&lim)[2]) const {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            qi[i] = row0 + 8 * i;
+            lim[i] = last_key(qi[i]);
+        }
+    }
+    // Starts copying the tile's BM query rows of head h (d = 64) into qs in wgmma's swizzle,
+    // 16 bytes a copy, as thread `thread` of `threads` taking part.
+    template <int BM, typename T>
+    __device__ __forceinline__ void copy_queries(unsigned char* qs, const T* q, int64_t q_stride, int h, int thread,
+                                                 int threads) const {
+        constexpr int D = 64;
+        for (int i = thread; i < BM * D / 8; i += threads) {
+            const int row = i / (D / 8), c = i % (D / 8) * 8;
+            cp_async16(swizzled_128(qs, row, c * 2), q + (int64_t)(q0 + row_q(first_row + row)) * q_stride + (int64_t)h * D + c,
+                       true);
+        }
+    }
 };
 
 // The tile a block of the wgmma kernel takes, and its share of the tile's K/V tiles (see
@@ -343,11 +378,10 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
     int qi[MT][2], lim[MT][2];
     uint32_t qf[MT][D / 16][4];  // A fragments of Q, in registers for the whole loop
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt) {
+        qt.lane_rows(qt.first_row + (warp * MT + mt) * 16 + r, qi[mt], lim[mt]);
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-            qi[mt][i] = qt.first_row + (warp * MT + mt) * 16 + r + 8 * i;
-            lim[mt][i] = qt.last_key(qi[mt][i]);
             const T* row = q + (int64_t)(qt.q0 + qt.row_q(qi[mt][i])) * q_stride + (int64_t)h * D;
 #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk) {
@@ -355,6 +389,7 @@ __device__ void attn_prefill(const T* __restrict__ q, int64_t q_stride, const T*
                 qf[mt][kk][i + 2] = load2_as<Op>(row + kk * 16 + cq + 8);
             }
         }
+    }
 
     float o[MT][D / 8][4], m[MT][2], l[MT][2];
 #pragma unroll
@@ -455,12 +490,7 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
     const int h = blockIdx.x, wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const int r = lane / 4, cq = (lane % 4) * 2;
 
-    // Q's rows into shared memory, with tile 0 of K/V (one commit group).
-    for (int i = threadIdx.x; i < BM * D / 8; i += NTHREADS) {
-        const int row = i / (D / 8), c = i % (D / 8) * 8;
-        cp_async16(swizzled_128(qs, row, c * 2),
-                   q + (int64_t)(qt.q0 + qt.row_q(qt.first_row + row)) * q_stride + (int64_t)h * D + c, true);
-    }
+    qt.copy_queries<BM>(qs, q, q_stride, h, threadIdx.x, NTHREADS);   // with tile 0 of K/V: one commit group
     const int kv_end = qt.kv_end(BM), kv_tiles = (kv_end + BN - 1) / BN;
     const int t_first = split.first(kv_tiles), t_end = split.end(kv_tiles);
     TileLoader<T, NTHREADS> loader{qt.table, kv_end};
@@ -473,11 +503,7 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
     loader.fetch((t_first + 1) * BN, qt.bs_shift);
 
     int qi[2], lim[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        qi[i] = qt.first_row + wg * 64 + warp * 16 + r + 8 * i;
-        lim[i] = qt.last_key(qi[i]);
-    }
+    qt.lane_rows(qt.first_row + wg * 64 + warp * 16 + r, qi, lim);
     // Tile t's P V is waited for with tile t + 1's S = Q K^T, so it runs while the warpgroup
     // waits for tile t + 1 and the block's barrier. Tile t + 1's loads go into the stage of
     // tile t - 1 once every warpgroup has waited for that tile's P V (the second barrier).
@@ -505,15 +531,10 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
         loader.fetch((t + 2) * BN, qt.bs_shift);
         softmax_step<D>(s, m, l, o, lim, kv0, cq, kv0 + BN - 1 > qt.visible_to_all(), scale_log2);
 
-        // O += P V: P from registers; V's 16-key steps are 16 rows (2,048 bytes) apart.
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) p_operands<T>(s, kk, hi[kk], lo[kk]);
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-            Wgmma<T>::rs_mn(o, hi[kk], v_desc + kk * (16 * ROW >> 4));
-            if constexpr (two_terms<T>) Wgmma<T>::rs_mn(o, lo[kk], v_desc + kk * (16 * ROW >> 4));
-        }
+        p_times_v<T>(o, hi, lo, v_desc);
         wgmma_commit();
     }
     cp_async_wait<0>();       // a part without keys: Q's copies
@@ -576,11 +597,7 @@ __device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const
     const int h = blockIdx.x, wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
 
     if (wg == 0) {   // the loaders: Q's rows with tile 0, then a tile a stage, each signalled once it landed
-        for (int i = threadIdx.x; i < BM * D / 8; i += LOADERS) {
-            const int row = i / (D / 8), c = i % (D / 8) * 8;
-            cp_async16(swizzled_128(qs, row, c * 2),
-                       q + (int64_t)(qt.q0 + qt.row_q(qt.first_row + row)) * q_stride + (int64_t)h * D + c, true);
-        }
+        qt.copy_queries<BM>(qs, q, q_stride, h, threadIdx.x, LOADERS);
         TileLoader<T, LOADERS> loader{qt.table, kv_end};
         loader.fetch(t_first * BN, qt.bs_shift);
         for (int i = 0; i < tiles; ++i) {
@@ -605,21 +622,12 @@ __device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const
     const int cw = wg - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const int r = lane / 4, cq = (lane % 4) * 2;
     int qi[2], lim[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        qi[i] = qt.first_row + cw * 64 + warp * 16 + r + 8 * i;
-        lim[i] = qt.last_key(qi[i]);
-    }
+    qt.lane_rows(qt.first_row + cw * 64 + warp * 16 + r, qi, lim);
     float o[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     uint32_t hi[BN / 16][4], lo[BN / 16][4];   // P of the tile before, read by its P V until the wait
     const uint64_t q_desc = tile_descriptor(qs + cw * 64 * ROW);
-    auto p_times_v = [&](int stage) {          // O += P V, V's 16-key steps 16 rows (2,048 bytes) apart
-        const uint64_t v_desc = smem_descriptor(v_tile(stage));
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-            Wgmma<T>::rs_mn(o, hi[kk], v_desc + kk * (16 * ROW >> 4));
-            if constexpr (two_terms<T>) Wgmma<T>::rs_mn(o, lo[kk], v_desc + kk * (16 * ROW >> 4));
-        }
+    auto pv = [&](int stage) {                 // O += P V of the tile in `stage`, a commit group
+        p_times_v<T>(o, hi, lo, smem_descriptor(v_tile(stage)));
         wgmma_commit();
     };
     // Tile i's S = Q K^T into s, once its stage is full.
@@ -647,7 +655,7 @@ __device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const
     for (int i = 1; i < tiles; ++i) {
         float s[BN / 8][4], corr[2];
         scores(s, i);
-        p_times_v((i - 1) % STAGES);
+        pv((i - 1) % STAGES);
         wgmma_wait<1>();              // S (P V of tile i - 1 may still run)
         fence_registers(s);
         const bool moved = softmax_scores(s, m, l, corr, lim, (t_first + i) * BN, cq, masked(i), scale_log2);
@@ -660,7 +668,7 @@ __device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const
     }
     if (tiles > 0) {
         wgmma_fence();
-        p_times_v((tiles - 1) % STAGES);
+        pv((tiles - 1) % STAGES);
     }
     wgmma_wait<0>();
     fence_registers(o);
