@@ -36,7 +36,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.prefill import parse_shape, random_prompts  # noqa: E402
 from engine import LLM, SamplingParams  # noqa: E402
 from engine.cuda_graphs import DecodeBuckets  # noqa: E402
-from engine.model_runner import static_inputs  # noqa: E402
 from jobs.workloads import get_workload  # noqa: E402
 
 TIMED = defaultdict(float)
@@ -83,8 +82,9 @@ def main() -> None:
     params = [workload.sampling_params(r, i) for i, r in enumerate(requests)]
     llm.generate([r.prompt for r in requests], params)          # warm-up: every graph bucket replayed once
     runner = llm.runner
-    for name in ("_step_inputs", "_sampling_arrays", "_upload", "_token_ids", "_metadata", "_copy_out", "read"):
+    for name in ("_step_inputs", "_sampling_arrays", "_token_ids", "_metadata", "_copy_out", "read"):
         timed(runner, name)
+    timed(runner.inputs, "upload")
     for name in ("apply", "record_tokens"):
         timed(runner.input_batch, name)
     if runner.graphs:
@@ -137,9 +137,8 @@ def host_only(llm: LLM, workload, reps: int) -> None:
     workload (a round's mean takes its block-crossing steps at their own rate), then the
     median over the rounds: the host's speed drifts between rounds more than within one."""
     stub_model(llm)
-    # Steps fill the graphs' static input buffer and decode steps replay the graphs' stub,
-    # as on a GPU with CUDA graphs (steps with prefill run the eager stub).
-    llm.runner.inputs = static_inputs(llm.config, llm.runner.device)
+    # Decode steps replay the graphs' stub, as on a GPU with CUDA graphs (steps with
+    # prefill run the eager stub).
     llm.runner.graphs = StubDecodeGraphs(llm)
     steps_scheduled = []
     schedule = llm.scheduler.schedule

@@ -53,7 +53,7 @@ def forward_host_us(model: str, tokens: int = 16) -> tuple[float, int]:
                           request_ids=[0], num_scheduled_tokens=[tokens], num_computed_tokens=[0], samples=[True])
     batch = runner.input_batch
     inputs = runner._step_inputs(batch, StepLayout.of(batch.apply(out), out))
-    dev = runner._upload(vars(inputs))
+    dev = runner.inputs.upload(vars(inputs))
     meta = runner._metadata(inputs, dev)
     return host_us(lambda: llm.model.forward(dev["token_ids"], dev["positions"], meta, llm.kv_cache),
                    launches=50), llm.model_config.num_layers

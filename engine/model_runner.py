@@ -9,8 +9,9 @@ map, so compaction of the batch is replayed on the device in stream order).
 Per-request state lives in the persistent batch (engine.input_batch), edited in
 place from the scheduler's diffs; the runner never sees the scheduler's
 requests. When the backend can be captured, decode-only steps replay a CUDA graph
-(engine.cuda_graphs) and steps with prefill replay piecewise ones (engine.prefill_graphs);
-every step's inputs then land, in one copy, in the buffer the graphs read (StaticInputs).
+(engine.cuda_graphs) and steps with prefill replay piecewise ones (engine.prefill_graphs).
+Every step's inputs are built in a pinned host buffer and land, in one copy, in one
+device buffer at fixed places (StaticInputs), the buffer the graphs were captured on.
 """
 from __future__ import annotations
 
@@ -70,19 +71,31 @@ class StepLayout:
                    np.flatnonzero(out.samples))
 
 
+# The dtype of every array of a step (StepInputs' fields, then the sampling arrays).
+STEP_DTYPES = {"token_ids": np.int64, "source_rows": np.int64, "positions": np.int64, "slots": np.int64,
+               "query_start": np.int32, "seq_lens": np.int32, "sample_rows": np.int64,
+               "temperature": np.float32, "top_k": np.int32, "top_p": np.float32, "seeds": np.int64,
+               "counters": np.int64, "block_tables": np.int32}
+
+
 def static_inputs(config: EngineConfig, device: torch.device) -> StaticInputs:
-    """Slots for every array of a step (StepInputs and the sampling arrays), sized for the
-    largest: the budget's tokens, max_num_seqs rows of block tables max_model_len wide."""
+    """Slots for every array of a step, sized for the largest: the budget's tokens,
+    max_num_seqs rows of block tables max_model_len wide."""
     tokens, rows = max(config.max_num_batched_tokens, config.max_num_seqs), config.max_num_seqs
     width = math.ceil(config.max_model_len / config.block_size)
-    i64, i32, f32 = np.int64, np.int32, np.float32
-    return StaticInputs({"token_ids": (i64, (tokens,)), "source_rows": (i64, (tokens,)),
-                         "positions": (i64, (tokens,)), "slots": (i64, (tokens,)),
-                         "query_start": (i32, (rows + 1,)), "seq_lens": (i32, (rows,)), "sample_rows": (i64, (rows,)),
-                         "temperature": (f32, (rows,)), "top_k": (i32, (rows,)), "top_p": (f32, (rows,)),
-                         "seeds": (i64, (rows,)), "counters": (i64, (rows,)),
-                         "block_tables": (i32, (rows, width))},    # last: an upload copies only the rows used
-                        device)
+    shapes = {"token_ids": (tokens,), "source_rows": (tokens,), "positions": (tokens,), "slots": (tokens,),
+              "query_start": (rows + 1,), "seq_lens": (rows,), "sample_rows": (rows,), "temperature": (rows,),
+              "top_k": (rows,), "top_p": (rows,), "seeds": (rows,), "counters": (rows,),
+              "block_tables": (rows, width)}    # last: an upload copies only the rows used
+    return StaticInputs({name: (STEP_DTYPES[name], shape) for name, shape in shapes.items()}, device)
+
+
+def _step_array(into: dict[str, np.ndarray] | None, name: str, rows: int, width: int | None = None) -> np.ndarray:
+    """Where a step's array is built: the leading corner of its slot in the host buffer the
+    step uploads from (`into`: StaticInputs.host_slots()), or, without, an array of its own."""
+    if into is None:
+        return np.empty((rows,) if width is None else (rows, width), STEP_DTYPES[name])
+    return into[name][:rows] if width is None else into[name][:rows, :width]
 
 
 class ModelRunner:
@@ -102,13 +115,13 @@ class ModelRunner:
             # The stream the engine launches on, kept: Event.record() without one looks up
             # the current stream each time, tens of µs of a batch-1 step on a slow host.
             self._stream = torch.cuda.current_stream(device)
-        # With graphs: the buffer they read, engine.cuda_graphs.DecodeGraphs and
-        # engine.prefill_graphs.PrefillGraphs; without, None (eager only).
-        self.inputs = self.graphs = self.prefill_graphs = None
+        # Every step's inputs, on the device at fixed places: what the graphs read, where
+        # there are graphs (engine.cuda_graphs.DecodeGraphs, engine.prefill_graphs.PrefillGraphs).
+        self.inputs = static_inputs(config, device)
+        self.graphs = self.prefill_graphs = None
         if capture_graphs:
             from engine.cuda_graphs import DecodeGraphs
             from engine.prefill_graphs import PrefillGraphs
-            self.inputs = static_inputs(config, device)
             self.graphs = DecodeGraphs(config, model, kv_cache, self.inputs)
             self.prefill_graphs = PrefillGraphs(config, model, kv_cache, self.inputs)
 
@@ -128,9 +141,10 @@ class ModelRunner:
         bucket = self.graphs.bucket_for(n) if self.graphs and decode_only else None
         prefill_bucket = (self.prefill_graphs.bucket_for(int(step.query_lens.sum()))
                           if self.prefill_graphs and not decode_only else None)
-        inputs = self._step_inputs(batch, step, pad_to=bucket, pad_tokens_to=prefill_bucket)
-        params = self._sampling_arrays(batch, step, pad_to=bucket)
-        dev = self._upload({**vars(inputs), **params})
+        host = self.inputs.host_slots()
+        inputs = self._step_inputs(batch, step, pad_to=bucket, pad_tokens_to=prefill_bucket, into=host)
+        params = self._sampling_arrays(batch, step, pad_to=bucket, into=host)
+        dev = self.inputs.upload({**vars(inputs), **params}, in_place=True)
         all_greedy = not params["temperature"].any()
         if bucket is not None:      # the graph takes pending tokens and samples from the inputs' slots itself
             tokens = self.graphs.replay(bucket, all_greedy)
@@ -187,34 +201,40 @@ class ModelRunner:
 
     @staticmethod
     def _step_inputs(batch: InputBatch, step: StepLayout, pad_to: int | None = None,
-                     pad_tokens_to: int | None = None) -> StepInputs:
-        """The step's inputs over the persistent batch's rows, vectorized. Padding rows
-        of a decode graph's bucket (`pad_to` rows): token 0, position 0, no cache slot (-1),
-        a one-token query and context. Padding tokens of a prefill graph's bucket
-        (`pad_tokens_to` tokens, no rows): token 0, position 0, no cache slot."""
+                     pad_tokens_to: int | None = None, into: dict[str, np.ndarray] | None = None) -> StepInputs:
+        """The step's inputs over the persistent batch's rows, vectorized, built `into` host
+        slots (see _step_array). Padding rows of a decode graph's bucket (`pad_to` rows): token 0,
+        position 0, no cache slot (-1), a one-token query and context. Padding tokens of a
+        prefill graph's bucket (`pad_tokens_to` tokens, no rows): token 0, position 0, no cache slot."""
         n, bs = len(step.rows), batch.block_size
         padded_rows = pad_to or n
         query_lens = np.ones(padded_rows, np.int32)
         query_lens[:n] = step.query_lens
-        query_start = np.zeros(padded_rows + 1, np.int32)
+        query_start = _step_array(into, "query_start", padded_rows + 1)
+        query_start[0] = 0
         np.cumsum(query_lens, out=query_start[1:])
-        seq_lens = np.ones(padded_rows, np.int32)
+        seq_lens = _step_array(into, "seq_lens", padded_rows)
         seq_lens[:n] = step.start + step.query_lens
+        seq_lens[n:] = 1
 
         num_real = int(query_start[n])
         num_tokens = max(int(query_start[-1]), pad_tokens_to or 0)
         # Per token (a prefill step has thousands): its request's values repeated, and `take`s
         # at flat indices of the batch's 2-D arrays, cheaper than gathers by (row, column).
-        pos = np.repeat(step.start - query_start[:n], step.query_lens) + np.arange(num_real)
+        positions = _step_array(into, "positions", num_tokens)
+        pos = positions[:num_real]
+        np.add(np.repeat(step.start - query_start[:n], step.query_lens), np.arange(num_real), out=pos)
+        positions[num_real:] = 0
         token_row = np.repeat(step.rows, step.query_lens)
         block, offset = np.divmod(pos, bs)
-        positions = np.zeros(num_tokens, np.int64)
-        positions[:num_real] = pos
-        slots = np.full(num_tokens, -1, np.int64)
         block_ids = batch.block_table.ravel().take(token_row * batch.block_table.shape[1] + block)
-        slots[:num_real] = block_ids.astype(np.int64) * bs + offset
-        token_ids = np.zeros(num_tokens, np.int64)
+        cache_slots = _step_array(into, "slots", num_tokens)
+        np.multiply(block_ids, bs, out=cache_slots[:num_real], dtype=np.int64)
+        cache_slots[:num_real] += offset
+        cache_slots[num_real:] = -1
+        token_ids = _step_array(into, "token_ids", num_tokens)
         token_ids[:num_real] = batch.token_ids.ravel().take(token_row * batch.token_ids.shape[1] + pos)
+        token_ids[num_real:] = 0
 
         # A decode row's newest token is usually still on the device (sampled by the
         # previous step): gathered there from the previous step's output.
@@ -222,14 +242,17 @@ class ModelRunner:
         on_device = np.flatnonzero(pending >= 0)
         newest = query_start[on_device + 1] - 1
         token_ids[newest] = 0
-        source_rows = np.full(num_tokens, -1, np.int64)
+        source_rows = _step_array(into, "source_rows", num_tokens)
+        source_rows.fill(-1)
         source_rows[newest] = pending[on_device]
 
         width = int(batch.num_blocks[step.rows].max())
-        block_tables = np.zeros((padded_rows, width), np.int32)
+        block_tables = _step_array(into, "block_tables", padded_rows, width)
         block_tables[:n] = batch.block_table[step.rows, :width]
-        sample_rows = query_start[step.sampled + 1].astype(np.int64) - 1
-        return StepInputs(token_ids, source_rows, positions, slots, query_start, seq_lens, block_tables,
+        block_tables[n:] = 0
+        sample_rows = _step_array(into, "sample_rows", len(step.sampled))
+        np.subtract(query_start[step.sampled + 1], 1, out=sample_rows)
+        return StepInputs(token_ids, source_rows, positions, cache_slots, query_start, seq_lens, block_tables,
                           sample_rows)
 
     def _token_ids(self, inputs: StepInputs, dev: dict, previous: LaunchedStep | None) -> torch.Tensor:
@@ -247,24 +270,22 @@ class ModelRunner:
             plan=self.model.ops.plan_step(query_lens, inputs.seq_lens))
 
     @staticmethod
-    def _sampling_arrays(batch: InputBatch, step: StepLayout, pad_to: int | None = None) -> dict[str, np.ndarray]:
+    def _sampling_arrays(batch: InputBatch, step: StepLayout, pad_to: int | None = None,
+                         into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """The sampled rows' sampling parameters, built `into` host slots (see _step_array)."""
         rows = step.rows[step.sampled]
         width = pad_to or len(rows)
 
-        def padded(values: np.ndarray, fill) -> np.ndarray:
-            out = np.full(width, fill, values.dtype)
+        def padded(name: str, values: np.ndarray, fill) -> np.ndarray:
+            out = _step_array(into, name, width)
             out[:len(rows)] = values
+            out[len(rows):] = fill
             return out
         # The counter of a sampled token is its index among the request's outputs.
         counters = (step.start + step.query_lens)[step.sampled] - batch.num_prompt[rows]
-        return {"temperature": padded(batch.temperature[rows], 0.0), "top_k": padded(batch.top_k[rows], 0),
-                "top_p": padded(batch.top_p[rows], 1.0), "seeds": padded(batch.seeds[rows], 0),
-                "counters": padded(counters, 0)}
-
-    def _upload(self, arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-        """The step's arrays on the device in one copy: into the graphs' buffer where there
-        are graphs, else into a buffer of their own."""
-        return self.inputs.upload(arrays) if self.inputs is not None else upload(arrays, self.device)
+        return {"temperature": padded("temperature", batch.temperature[rows], 0.0),
+                "top_k": padded("top_k", batch.top_k[rows], 0), "top_p": padded("top_p", batch.top_p[rows], 1.0),
+                "seeds": padded("seeds", batch.seeds[rows], 0), "counters": padded("counters", counters, 0)}
 
     def _copy_out(self, request_ids: list[int], rows: np.ndarray, num_removals: int, positions: np.ndarray,
                   tokens: torch.Tensor) -> LaunchedStep:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
@@ -268,9 +269,12 @@ def assert_same(ours: StepInputs | dict, expected: StepInputs | dict) -> None:
         np.testing.assert_array_equal(ours[name], expected[name], err_msg=name)
 
 
+@pytest.mark.parametrize("in_place", [False, True], ids=["own-arrays", "in-host-slots"])
 @pytest.mark.parametrize("pad_to", [None, 8])
-def test_inputs_equal_the_per_sequence_builder_on_mixed_steps(pad_to):
+def test_inputs_equal_the_per_sequence_builder_on_mixed_steps(pad_to, in_place):
     kinds = set()
+    config = EngineConfig("test", max_num_seqs=8, max_num_batched_tokens=16, max_model_len=256, block_size=BLOCK)
+    inputs = static_inputs(config, torch.device("cpu"))
 
     def compare(batch, step, out, previous):
         requests = loop.scheduler.requests
@@ -280,9 +284,21 @@ def test_inputs_equal_the_per_sequence_builder_on_mixed_steps(pad_to):
         decode_only = all(k == 1 for k in out.num_scheduled_tokens) and all(out.samples)
         kinds.add("decode" if decode_only else "mixed" if 1 in out.num_scheduled_tokens else "prefill")
         pad = pad_to if decode_only else None
-        assert_same(ModelRunner._step_inputs(batch, step, pad),
-                    reference_inputs(out, requests, previous and previous[0], loop.scheduler.block_manager, pad))
-        assert_same(ModelRunner._sampling_arrays(batch, step, pad), reference_sampling(sampling_seqs, pad))
+        slots = None
+        if in_place:        # the host buffer still holds an earlier step's values: every element is rewritten
+            slots = inputs.host_slots()
+            for slot in slots.values():
+                slot.fill(77)
+        ours = ModelRunner._step_inputs(batch, step, pad, into=slots)
+        sampling = ModelRunner._sampling_arrays(batch, step, pad, into=slots)
+        assert_same(ours, reference_inputs(out, requests, previous and previous[0], loop.scheduler.block_manager, pad))
+        assert_same(sampling, reference_sampling(sampling_seqs, pad))
+        if in_place:        # built where the upload copies from, and copied as built
+            assert ours.token_ids.ctypes.data == slots["token_ids"].ctypes.data
+            dev = inputs.upload({**vars(ours), **sampling}, in_place=True)
+            copied = {name: dev[name].numpy() for name in dev}
+            copied["block_tables"] = copied["block_tables"][:, :ours.block_tables.shape[1]]  # the slot's width
+            assert_same(copied, {**vars(ours), **sampling})
 
     # A small token budget chunks the prompts, so decodes run next to prefill chunks.
     loop = Loop(num_blocks=64, token_budget=16, check=compare)
@@ -328,7 +344,6 @@ def test_bucket_padded_decode_steps_give_the_tokens_of_sequences_run_alone():
               for i in range(5)]
     llm = LLM(MODEL, backend="torch", dtype="float32", kv_cache_tokens=2048, max_num_seqs=8)
     alone = [llm.generate([p], q)[0].token_ids for p, q in zip(prompts, params)]
-    llm.runner.inputs = static_inputs(llm.config, llm.device)
     llm.runner.graphs = EagerBuckets(llm, buckets=(2, 4, 8))
     together = [o.token_ids for o in llm.generate(prompts, params)]
     # Sequences finish one by one, so the batch is condensed under tokens still on the "device".

@@ -68,3 +68,18 @@ def test_a_step_does_not_overwrite_the_host_buffer_the_step_before_copies_from()
     assert inputs.views["ids"].tolist() == [2] * 8
     inputs.upload(first)          # the third step takes the first buffer again
     assert inputs.views["lens"].tolist() == [1] * 4
+
+
+def test_arrays_built_in_the_host_slots_are_copied_as_built():
+    """host_slots() is the buffer the next upload copies from: arrays built in its leading
+    corners travel with in_place=True, and the upload after takes the other buffer."""
+    inputs = static()
+    slots = inputs.host_slots()
+    built = {"ids": slots["ids"][:5], "lens": slots["lens"][:2], "table": slots["table"][:2, :3]}
+    built["ids"][:] = np.arange(5) * 3
+    built["lens"][:] = [4, 2]
+    built["table"][:] = [[1, 2, 3], [4, 5, 6]]
+    dev = inputs.upload(built, in_place=True)
+    assert dev["ids"].tolist() == [0, 3, 6, 9, 12] and dev["lens"].tolist() == [4, 2]
+    assert dev["table"][:, :3].tolist() == [[1, 2, 3], [4, 5, 6]]
+    assert inputs.host_slots()["ids"].ctypes.data != slots["ids"].ctypes.data
