@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 from collections import OrderedDict
 from dataclasses import dataclass
+from itertools import islice
 from typing import Iterator
 
 import numpy as np
@@ -72,11 +73,14 @@ class BlockManager:
         """Append `num_blocks` free blocks to the request's table (there must be as many free);
         returns their ids."""
         # The least recently freed first; a block that still holds a cached prefix leaves
-        # the cache. One loop here, not a call a block: a long prompt takes hundreds.
+        # the cache. One loop here, not a call a block: a long prompt takes hundreds (the
+        # ids taken in one slice, then deleted, is half the time of a popitem a block).
         free, blocks, cached = self.free, self.blocks, self.cached
-        new = []
-        for _ in range(num_blocks):
-            block_id, _ = free.popitem(last=False)
+        if num_blocks > len(free):
+            raise RuntimeError(f"{num_blocks} KV blocks wanted, {len(free)} free")
+        new = list(islice(free, num_blocks))
+        for block_id in new:
+            del free[block_id]
             block = blocks[block_id]
             if block.key is not None:
                 h = hash(block.key)
@@ -84,7 +88,6 @@ class BlockManager:
                     del cached[h]
                 block.key = None
             block.ref_count = 1
-            new.append(block_id)
         self.tables.setdefault(request_id, []).extend(new)
         return new
 

@@ -94,6 +94,17 @@ def test_eviction_reuses_lru_cached_blocks():
     assert bm.acquire_cached_prefix(2, list(range(5))) == 0
 
 
+def test_blocks_are_taken_least_recently_freed_first_and_never_past_the_free_ones():
+    bm = BlockManager(num_blocks=6, block_size=4)
+    bm.allocate(0, 12)
+    bm.allocate(1, 8)
+    bm.release(1)                             # its tail block first: 4, then 3
+    assert bm.allocate(2, 12) == [5, 4, 3]    # 5 was never used, so it is freed longest
+    with pytest.raises(RuntimeError, match="2 KV blocks wanted, 0 free"):
+        bm.grow(3, 2)
+    assert 3 not in bm.tables and bm.block_table(2) == [5, 4, 3]
+
+
 def test_scheduler_respects_token_budget_and_seq_limit_and_emits_diffs():
     s = scheduler(64, max_num_seqs=2, budget=10)
     for i in range(3):
