@@ -6,7 +6,7 @@ import time
 from array import array as typed_array
 from collections import deque
 from dataclasses import replace
-from typing import Iterable, Iterator, NamedTuple, Sequence as Seq, Union
+from typing import Iterable, Iterator, Sequence as Seq, Union
 
 import numpy as np
 import torch
@@ -64,13 +64,6 @@ class PromptError(ValueError):
 
 
 NOT_A_PROMPT = "a prompt must be a string, a list of token ids, or a list of chat messages"
-
-
-class EncodedPrompt(NamedTuple):
-    """A validated prompt's token ids, as a list (the request's own) and as int32 (made
-    while validating, so that nothing downstream converts them again)."""
-    ids: list[int]
-    array: np.ndarray
 
 
 class LLM:
@@ -161,40 +154,40 @@ class LLM:
 
     def encode_prompt(self, prompt: Prompt) -> list[int]:
         """The prompt's token ids; a PromptError says what makes it one the engine cannot serve."""
-        return self._encode(prompt).ids
+        return self._encode(prompt).tolist()
 
-    def _encode(self, prompt: Prompt) -> EncodedPrompt:
+    def _encode(self, prompt: Prompt) -> np.ndarray:
+        """The prompt's token ids as int32, validated (the request keeps this array: nothing
+        downstream converts them again)."""
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise PromptError(f"model {self.source.name} has no tokenizer; pass token ids")
-            ids = self.tokenizer.encode(prompt)
-            array = np.array(ids, np.int32)
+            ids = np.array(self.tokenizer.encode(prompt), np.int32)
         elif isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt):
             if self.tokenizer is None:
                 raise PromptError(f"model {self.source.name} has no tokenizer; pass token ids")
             try:
-                ids = self.tokenizer.encode_chat(prompt)
+                ids = np.array(self.tokenizer.encode_chat(prompt), np.int32)
             except ValueError as e:   # no chat template, or the template failed on these messages
                 raise PromptError(str(e)) from None
-            array = np.array(ids, np.int32)
         elif isinstance(prompt, list):
-            ids, array = self._vocabulary_ids(prompt)
+            ids = self._vocabulary_ids(prompt)
         else:
             raise PromptError(NOT_A_PROMPT)
-        if not ids:
+        if not len(ids):
             raise PromptError("the prompt is empty")
         if len(ids) >= self.max_model_len:
             raise PromptError(f"the prompt has {len(ids)} tokens; max_model_len is {self.max_model_len} "
                               "(room for at least one output token is needed)")
-        return EncodedPrompt(ids, array)
+        return ids
 
-    def _vocabulary_ids(self, prompt: list) -> tuple[list[int], np.ndarray]:
-        """The prompt's token ids as Python ints and as int32, once every one is checked to be
-        an integer (an int, a bool, or another type with __index__, numpy's included) in the
-        vocabulary. The check and the conversion are one C loop over the tokens (array.array):
-        before the first step, so every token of every prompt in a batch costs the batch time;
-        numpy's conversion plus a check of each token's type took ~1.4 times as long (45.8
-        against 33.0 µs a 1,000-token prompt on the development host)."""
+    def _vocabulary_ids(self, prompt: list) -> np.ndarray:
+        """The prompt's token ids as int32, once every one is checked to be an integer (an int,
+        a bool, or another type with __index__, numpy's included) in the vocabulary. The check
+        and the conversion are one C loop over the tokens (array.array): before the first step,
+        so every token of every prompt in a batch costs the batch time; numpy's conversion plus
+        a check of each token's type took ~1.4 times as long (45.8 against 33.0 µs a 1,000-token
+        prompt on the development host, when a list of Python ints was made too)."""
         try:
             values = np.frombuffer(typed_array("q", prompt), np.int64)
         except TypeError:           # an element that is no integer: a float, a string, None, a list
@@ -208,20 +201,18 @@ class LLM:
         if values.size and (values.min() < 0 or values.max() >= vocab):
             bad = np.flatnonzero((values < 0) | (values >= vocab))
             raise PromptError(f"token id {values[bad[0]]} is outside the vocabulary [0, {vocab})")
-        ids = values.astype(np.int32)
-        return ids.tolist(), ids
+        return values.astype(np.int32)
 
     def add_request(self, prompt: Prompt, params: SamplingParams | None = None) -> Sequence:
         return self._add(self._encode(prompt), params)
 
-    def _add(self, prompt: EncodedPrompt, params: SamplingParams | None) -> Sequence:
+    def _add(self, prompt: np.ndarray, params: SamplingParams | None) -> Sequence:
         params = params or SamplingParams()
-        ids = prompt.ids
         rid = self._next_request_id
         self._next_request_id += 1
         seed = params.seed if params.seed is not None else (self.config.seed * 1_000_003 + rid) & (2**63 - 1)
-        seq = Sequence(rid, ids, params, seed, max_num_tokens=min(len(ids) + params.max_tokens, self.max_model_len),
-                       prompt_array=prompt.array)
+        seq = Sequence(rid, prompt, params, seed,
+                       max_num_tokens=min(len(prompt) + params.max_tokens, self.max_model_len))
         self.scheduler.add(seq)
         return seq
 
@@ -265,13 +256,13 @@ class LLM:
             cut = self._stop_string_at(text, p.stop) if p.stop and seq.finish_reason == "stop" else None
             if cut is not None:
                 text = text[:cut]
-        return RequestOutput(seq.request_id, seq.prompt_token_ids, text, ids, seq.finish_reason,
+        return RequestOutput(seq.request_id, seq.prompt, text, ids, seq.finish_reason,
                              seq.arrival_time, seq.token_times, seq.finish_time, seq.num_preemptions)
 
     def next_token_logits(self, prompt: Prompt) -> torch.Tensor:
         """Float32 logits of the token after `prompt` (one prefill, nothing kept):
         the figure backends are compared on."""
-        ids = self._encode(prompt).array
+        ids = self._encode(prompt)
         if not self.block_manager.can_allocate(-1, len(ids)):
             raise RuntimeError("the KV cache is busy; call next_token_logits between generations")
         try:
@@ -308,7 +299,7 @@ class LLM:
         yield from self._stream(((self._encode(prompt), params) for prompt, params in requests),
                                 max_in_flight, show_progress, total)
 
-    def _stream(self, requests: Iterable[tuple[EncodedPrompt, SamplingParams]], max_in_flight: int | None,
+    def _stream(self, requests: Iterable[tuple[np.ndarray, SamplingParams]], max_in_flight: int | None,
                 show_progress: bool, total: int | None) -> Iterator[RequestOutput]:
         window = max_in_flight or 4 * self.config.max_num_seqs
         pending: deque[Sequence] = deque()    # added, not yet yielded, in input order

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass
 class RequestOutput:
     request_id: int
-    prompt_token_ids: list[int]
+    prompt: np.ndarray              # the prompt's token ids, int32 (read-only): see prompt_token_ids
     text: str
     token_ids: list[int]
     finish_reason: str              # "stop" or "length"
@@ -16,6 +18,12 @@ class RequestOutput:
     token_times: list[float]        # when each output token reached the host
     finish_time: float
     num_preemptions: int = 0
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        """The prompt's token ids as Python ints, made when asked for (a batch's thousands of
+        prompt tokens are not made into Python ints for callers that never read them)."""
+        return self.prompt.tolist()
 
     @property
     def first_token_time(self) -> float | None:

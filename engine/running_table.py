@@ -21,7 +21,7 @@ from engine.sequence import Sequence
 class RunningTable:
     def __init__(self, max_num_seqs: int):
         self.counts = np.zeros((max_num_seqs, 3), np.int64)     # Sequence.counts of each slot
-        self.num_known = np.zeros(max_num_seqs, np.int64)       # len(seq.token_ids)
+        self.num_known = np.zeros(max_num_seqs, np.int64)       # seq.num_known
         self.max_num_tokens = np.zeros(max_num_seqs, np.int64)
         self.capacity = np.zeros(max_num_seqs, np.int64)        # tokens its KV blocks hold
         self.request_ids = np.zeros(max_num_seqs, np.int64)
@@ -36,7 +36,7 @@ class RunningTable:
         slot = self._free.pop()
         self.counts[slot] = seq.counts
         seq.counts, seq.slot = self.counts[slot], slot
-        self.num_known[slot] = len(seq.token_ids)
+        self.num_known[slot] = seq.num_known
         self.max_num_tokens[slot] = seq.max_num_tokens
         self.capacity[slot] = capacity
         self.request_ids[slot] = seq.request_id

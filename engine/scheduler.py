@@ -98,7 +98,7 @@ class Scheduler:
                and len(self.running) < self.max_num_seqs and not self.waiting[0].num_pending):
             seq = self.waiting[0]
             rid = seq.request_id
-            known = seq.tokens_holder(len(seq.token_ids))
+            known = seq.tokens_holder(seq.num_known)
             if rid not in tables:
                 seq.num_computed_tokens = seq.num_published_tokens = bm.acquire_cached_prefix(rid, known)
             n = min(seq.num_uncomputed_tokens, budget)
@@ -211,8 +211,7 @@ class Scheduler:
         seqs = list(map(self.requests.get, request_ids))
         for seq, token in zip(seqs, token_ids):
             if seq is not None:     # else it stopped at an earlier token; this one was speculative
-                seq.token_ids.append(token)
-                seq.token_times.append(now)
+                seq.append_token(token, now)
         t = self.table
         slots = np.fromiter(map(t.slot_of.get, request_ids, repeat(-1)), np.int64, len(request_ids))
         running = np.flatnonzero(slots >= 0)
@@ -236,7 +235,7 @@ class Scheduler:
             seq, token = seqs[i], token_ids[i]
             if self.stop_checker.stops(seq, token):
                 reason = "stop"
-            elif len(seq.token_ids) >= seq.max_num_tokens:
+            elif seq.num_known >= seq.max_num_tokens:
                 reason = "length"
             else:
                 continue

@@ -36,21 +36,24 @@ def counter(column: int) -> property:
 @dataclass(eq=False)     # a request is itself: compared by identity
 class Sequence:
     request_id: int
-    prompt_token_ids: list[int]
+    # The prompt's token ids, kept as a read-only int32 array (the engine's, from validating
+    # the prompt): the runner copies it and the block manager hashes its blocks without a loop
+    # over tokens, and no Python int is made per prompt token (13 µs a 1,000-token prompt on
+    # the development host, before the first step of a batch).
+    prompt: np.ndarray | list[int]
     sampling: SamplingParams
     seed: int                      # effective RNG seed (request's or derived)
     max_num_tokens: int            # length at which it samples no more: max_tokens or the context
     arrival_time: float = field(default_factory=time.perf_counter)
-    # The prompt as int32 too (the engine has it from validating the prompt; else made here):
-    # the runner copies it and the block manager hashes its blocks without a loop over tokens.
-    prompt_array: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        if self.prompt_array is None:
-            self.prompt_array = np.array(self.prompt_token_ids, np.int32)
-        self.prompt_array.flags.writeable = False      # shared with the runner and the block manager
-        # Tokens whose values the host knows: the prompt, then the outputs read so far.
-        self.token_ids: list[int] = list(self.prompt_token_ids)
+        if not (isinstance(self.prompt, np.ndarray) and self.prompt.dtype == np.int32):
+            self.prompt = np.array(self.prompt, np.int32)
+        self.prompt.flags.writeable = False      # shared with the runner and the block manager
+        self.output_token_ids: list[int] = []    # read so far
+        # The prompt and outputs in one list, made the first time a caller needs them so
+        # (a block of outputs to hash, a preempted sequence's tokens), then kept current.
+        self._known: list[int] | None = None
         # Three counters in one int64 row (columns COMPUTED, PENDING, PUBLISHED); while the
         # sequence runs, the row is a view of its slot in the scheduler's RunningTable.
         #   computed:  tokens whose K/V are in the cache, or queued to be: the scheduler counts
@@ -73,27 +76,46 @@ class Sequence:
     num_pending = counter(PENDING)
     num_published_tokens = counter(PUBLISHED)
 
+    def append_token(self, token: int, now: float) -> None:
+        """An output token read back at `now`."""
+        self.output_token_ids.append(token)
+        self.token_times.append(now)
+        if self._known is not None:
+            self._known.append(token)
+
+    @property
+    def token_ids(self) -> list[int]:
+        """Tokens whose values the host knows: the prompt, then the outputs read so far (the
+        sequence's own list: read it, do not change it)."""
+        if self._known is None:
+            self._known = self.prompt.tolist() + self.output_token_ids
+        return self._known
+
+    @property
+    def num_known(self) -> int:
+        return len(self.prompt) + len(self.output_token_ids)
+
     @property
     def num_tokens(self) -> int:
         """Known and pending tokens: the length the sequence has on the device."""
-        return len(self.token_ids) + self.num_pending
+        return self.num_known + self.num_pending
 
     def tokens_holder(self, n: int) -> np.ndarray | list[int]:
         """What holds its first n known tokens, to be sliced: the prompt's array while they
         are all prompt tokens, else the token list."""
-        return self.prompt_array if n <= len(self.prompt_array) else self.token_ids
+        return self.prompt if n <= len(self.prompt) else self.token_ids
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return self.prompt.tolist()
 
     @property
     def num_prompt_tokens(self) -> int:
-        return len(self.prompt_token_ids)
-
-    @property
-    def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens:]
+        return len(self.prompt)
 
     @property
     def num_output_tokens(self) -> int:
-        return len(self.token_ids) - self.num_prompt_tokens
+        return len(self.output_token_ids)
 
     @property
     def num_uncomputed_tokens(self) -> int:

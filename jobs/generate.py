@@ -108,7 +108,7 @@ def _output_record(row: PromptRow, out) -> dict:
     return {
         "id": row.id, "prompt": row.prompt, "messages": row.messages,
         "output_text": out.text, "output_token_ids": out.token_ids,
-        "finish_reason": out.finish_reason, "prompt_tokens": len(out.prompt_token_ids),
+        "finish_reason": out.finish_reason, "prompt_tokens": len(out.prompt),
         "output_tokens": len(out.token_ids), "ttft_s": out.ttft, "e2e_s": out.e2e,
     }
 

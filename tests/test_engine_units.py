@@ -174,6 +174,17 @@ def test_end_of_sequence_stops_unless_ignored_and_stop_strings_see_every_token()
     assert plain.finish_reason == stringed.finish_reason == "stop" and ignoring.output_token_ids == [eos, eos]
 
 
+def test_a_sequence_keeps_its_prompt_as_int32_and_its_known_tokens_current():
+    s = Sequence(0, [5, 6, 7], SamplingParams(max_tokens=4), seed=0, max_num_tokens=7)
+    assert s.prompt.dtype == np.int32 and not s.prompt.flags.writeable
+    s.append_token(8, now=1.0)
+    assert s.tokens_holder(3) is s.prompt                # the prompt's tokens come from its array
+    assert s.token_ids == [5, 6, 7, 8] and s.num_known == 4 and s.output_token_ids == [8]
+    s.append_token(9, now=2.0)                           # the known list, once made, follows outputs
+    assert s.tokens_holder(5) == [5, 6, 7, 8, 9] and s.num_tokens == 5 and s.token_times == [1.0, 2.0]
+    assert s.prompt_token_ids == [5, 6, 7] and s.num_output_tokens == 2
+
+
 def test_full_blocks_are_published_once_computed_and_known():
     s = scheduler(16)
     a = seq(0, 7)

@@ -27,7 +27,8 @@ def line(width: int, done: float = 3.0, total: int = 8, elapsed: float = 6.0) ->
 
 def test_eta_counts_unfinished_requests_by_their_share_of_the_token_budget():
     seq = Sequence(0, [1, 2, 3], SamplingParams(max_tokens=10), seed=0, max_num_tokens=13)
-    seq.token_ids += [7] * 4
+    for _ in range(4):
+        seq.append_token(7, now=0.0)
     terminal = io.StringIO()
     ProgressLine(total=2, stream=terminal).update(finished=1, finished_tokens=10, in_flight=[seq], force=True)
     assert terminal.getvalue().startswith("\r 70%")    # 1 finished + 4/10 of the other

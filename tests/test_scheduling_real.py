@@ -67,6 +67,8 @@ def test_token_id_prompts_are_refused_before_any_work(llm):
     # numpy's integers are integers too; the request keeps Python ints (they serialise anywhere)
     ids = llm.encode_prompt([np.int64(5), np.int32(6), 7])
     assert ids == [5, 6, 7] and {type(t) for t in ids} == {int}
+    out = llm.generate([[np.int64(5), 6, True]], GREEDY)[0]     # and so does the output's prompt
+    assert out.prompt_token_ids == [5, 6, 1] and {type(t) for t in out.prompt_token_ids} == {int}
 
 
 def test_prefix_caching_off_records_no_hits():

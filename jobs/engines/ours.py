@@ -63,7 +63,7 @@ def run(workload: Workload, model: str, backend: str = "auto", max_num_seqs: int
     host["gpu_wait_s"] = round(after["gpu_wait_s"] - before["gpu_wait_s"], 4)
     if on_gpu:
         extra["peak_gpu_mem_bytes"] = torch.cuda.max_memory_allocated()
-    completions = [Completion(i, len(o.prompt_token_ids), o.token_ids, o.finish_reason, o.arrival_time,
+    completions = [Completion(i, len(o.prompt), o.token_ids, o.finish_reason, o.arrival_time,
                               o.token_times, o.finish_time) for i, o in enumerate(outputs)]
     config = {"engine": "ours", "backend": llm.backend, "dtype": str(llm.dtype).removeprefix("torch."),
               "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
