@@ -13,6 +13,7 @@ from engine.config import EngineConfig
 from engine.cuda_graphs import DecodeBuckets
 from engine.detokenizer import StopChecker
 from engine.input_batch import InputBatch
+from engine import model_runner
 from engine.model_runner import ModelRunner, StepInputs, StepLayout, static_inputs
 from engine.ops import AttentionMetadata, SamplingTensors
 from engine.sampling_params import SamplingParams
@@ -269,9 +270,11 @@ def assert_same(ours: StepInputs | dict, expected: StepInputs | dict) -> None:
         np.testing.assert_array_equal(ours[name], expected[name], err_msg=name)
 
 
+@pytest.mark.parametrize("builder", ["_vectorized", "_row_by_row"])
 @pytest.mark.parametrize("in_place", [False, True], ids=["own-arrays", "in-host-slots"])
 @pytest.mark.parametrize("pad_to", [None, 8])
-def test_inputs_equal_the_per_sequence_builder_on_mixed_steps(pad_to, in_place):
+def test_inputs_equal_the_per_sequence_builder_on_mixed_steps(pad_to, in_place, builder, monkeypatch):
+    monkeypatch.setattr(model_runner, "_per_token_builder", lambda rows, tokens: getattr(model_runner, builder))
     kinds = set()
     config = EngineConfig("test", max_num_seqs=8, max_num_batched_tokens=16, max_model_len=256, block_size=BLOCK)
     inputs = static_inputs(config, torch.device("cpu"))
