@@ -101,9 +101,9 @@ def _step_array(into: dict[str, np.ndarray] | None, name: str, rows: int, width:
 def _per_token_builder(rows: int, tokens: int):
     """How a step builds its per-token arrays: row by row (a few slices a row) for one row or
     rows of 1,000 tokens on average, else vectorized (a dozen calls over every token). On the
-    development host, _step_inputs took (µs, vectorized against row by row): 1 x 8,000 135
-    against 44, 1 x 4,000 58 / 35, 8 x 1,000 86 / 77, 1 decode row 30 / 25; but 16 x 500 85 /
-    110, 4 x 300 39 / 67 and 16 decode rows 31 / 84."""
+    development host, _step_inputs took (µs, vectorized against row by row; session 30's
+    s30_step_inputs.py): 1 x 8,000 83 against 43, 1 x 4,000 57 / 35, 8 x 1,000 84 / 76, one
+    decode row 30 / 25; but 16 x 500 84 / 109, 4 x 300 39 / 42 and 16 decode rows 31 / 83."""
     return _row_by_row if rows == 1 or tokens >= 1000 * rows else _vectorized
 
 
