@@ -125,9 +125,10 @@ class PrefillTiles:
 
     @classmethod
     def of_step(cls, query_lens: np.ndarray, seq_lens: np.ndarray) -> "PrefillTiles":
-        tiles = {mt: int(np.ceil(query_lens / (_PREFILL_ROWS_PER_M_TILE * mt)).sum())
-                 for mt in (*PREFILL_WG_SHAPES, PREFILL_WS_M_TILES)}
-        return cls(query_lens, seq_lens, tiles)
+        heights = (*PREFILL_WG_SHAPES, PREFILL_WS_M_TILES)
+        rows = _PREFILL_ROWS_PER_M_TILE * np.array(heights)
+        tiles = (-(-query_lens[:, None] // rows)).sum(0)    # ceil, every height in one pass
+        return cls(query_lens, seq_lens, dict(zip(heights, tiles.tolist())))
 
     def key_tiles(self, m_tiles: int) -> tuple[np.ndarray, int]:
         """Per step of the grid's z at this tile height (the z-th tile of every sequence,
