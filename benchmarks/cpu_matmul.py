@@ -10,7 +10,7 @@ each way torch offers on CPU:
   int8-bf16  int8 weights per output channel, bf16 activations (aten._weight_int8pack_mm)
   int4-bf16  int4 weights in groups of 32 (Q4_1's own layout), bf16 activations
              (aten._weight_int4pack_mm_for_cpu)
-  int4-own   the same weights through our kernel (engine/cpu_int4.c; AVX-512 BF16 only)
+  int4-own   the same weights through our kernel (engine/cpu_int4.c: bf16 on AVX-512 BF16, float32 on AVX2)
   fbgemm-int8 int8 weights, activations quantized per tensor per call (quantized.linear_dynamic)
 Random weights of the real shapes; median of --repeats timed calls after a warm-up, each
 call on weights the previous ones evicted from cache (the step streams 540 MB in float32).

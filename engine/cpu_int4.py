@@ -5,7 +5,8 @@ rows it spends most of a decode step unpacking (cpu-small-q4 on the 2-core AVX-5
 15 ms a step of 30 layers, where the weights stream in ~6). This kernel unpacks each group
 of nibbles once for several rows and takes the file's own block factors in float32 (see the
 .c). Two builds: bf16 activations on AVX-512 BF16, float32 ones on AVX2 + FMA (where bf16 is
-emulated and the engine runs float32); `matmul` takes the one this CPU has.
+emulated and the engine runs float32); `matmul` takes the one this CPU has. The float32 build
+also runs GGUF's 8-bit blocks (Q8_0: the tied head), bits=8.
 
 It is compiled at first use with the C compiler on PATH (cc, or $CC) into the build cache
 ($ROADGATE_CACHE, default ~/.cache/roadgate), keyed by the source, flags and compiler, and
@@ -62,10 +63,11 @@ def _library() -> ctypes.CDLL | None:
     except (RuntimeError, OSError) as e:
         log.warning("the CPU int4 kernel did not build (%s): 4-bit weights use torch's int4 kernel", e)
         return None
-    for fn in (lib.int4_matmul_bf16, lib.int4_matmul_f32):
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-                       ctypes.c_void_p, ctypes.c_void_p]
-        fn.restype = None
+    # (x, M, K, q, dm, N[, block-sum scratch], y)
+    operands = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    lib.int4_matmul_bf16.argtypes = operands + [ctypes.c_void_p, ctypes.c_void_p]
+    lib.int4_matmul_f32.argtypes = lib.int8_matmul_f32.argtypes = operands + [ctypes.c_void_p]
+    lib.int4_matmul_bf16.restype = lib.int4_matmul_f32.restype = lib.int8_matmul_f32.restype = None
     return lib
 
 
@@ -85,28 +87,35 @@ def fits(out_features: int, in_features: int) -> bool:
     return out_features % LANES == 0 and in_features % BLOCK == 0
 
 
-def pack(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The kernel's layout of w = q * d + m (q [N, K] 0..15; d, m [N, K/32] float32 holding the
-    file's float16 values): nibble pairs [N/16, K/32, 16 pairs, 16 columns] uint8 (key 2p in the
-    low nibble, 2p + 1 in the high one) and factors [N/16, K/32, 2, 16] float16 (d, then m)."""
+def pack(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor, bits: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's layout of w = q * d + m (d, m [N, K/32] float32 holding the file's float16
+    values) and factors [N/16, K/32, 2, 16] float16 (d, then m). 4 bits (q [N, K] 0..15): nibble
+    pairs [N/16, K/32, 16 pairs, 16 columns] uint8, key 2p in the low nibble, 2p + 1 in the high
+    one. 8 bits (q in -128..127): [N/16, K/32, 32 keys, 16 columns] int8, as uint8."""
     n, k = q.shape
-    tiles = q.to(torch.uint8).view(n // LANES, LANES, k // BLOCK, BLOCK // 2, 2).permute(0, 2, 3, 1, 4)
-    nibble_pairs = (tiles[..., 0] | (tiles[..., 1] << 4)).contiguous()
+    if bits == 4:
+        tiles = q.to(torch.uint8).view(n // LANES, LANES, k // BLOCK, BLOCK // 2, 2).permute(0, 2, 3, 1, 4)
+        weights = (tiles[..., 0] | (tiles[..., 1] << 4)).contiguous()
+    else:
+        weights = q.to(torch.int8).view(torch.uint8).view(n // LANES, LANES, k // BLOCK, BLOCK).permute(0, 2, 3, 1)
     factors = torch.stack([d, m]).view(2, n // LANES, LANES, k // BLOCK).permute(1, 3, 0, 2)
-    return nibble_pairs, factors.to(torch.float16).contiguous()
+    return weights.contiguous(), factors.to(torch.float16).contiguous()
 
 
-def matmul(x: torch.Tensor, nibble_pairs: torch.Tensor, factors: torch.Tensor, out_features: int,
-           dtype: torch.dtype | None = None) -> torch.Tensor:
+def matmul(x: torch.Tensor, weights: torch.Tensor, factors: torch.Tensor, out_features: int,
+           dtype: torch.dtype | None = None, bits: int = 4) -> torch.Tensor:
     """x [M, K] @ w^T -> [M, N] in the activation dtype (`dtype`, default this CPU's build's:
-    see activation_dtype), for a weight packed by `pack`."""
-    dtype = dtype or activation_dtype()
+    see activation_dtype; 8 bits: float32 only), for a weight packed by `pack`."""
+    dtype = torch.float32 if bits == 8 else dtype or activation_dtype()
     x = x.to(dtype).contiguous()
     rows, k = x.shape
     y = torch.empty((rows, out_features), dtype=dtype)
-    sums = torch.empty(rows * (k // BLOCK), dtype=torch.float32)
-    lib = _library()
-    kernel = lib.int4_matmul_bf16 if dtype == torch.bfloat16 else lib.int4_matmul_f32
-    kernel(x.data_ptr(), rows, k, nibble_pairs.data_ptr(), factors.data_ptr(), out_features, sums.data_ptr(),
-           y.data_ptr())
+    operands = (x.data_ptr(), rows, k, weights.data_ptr(), factors.data_ptr(), out_features)
+    if bits == 8:
+        _library().int8_matmul_f32(*operands, y.data_ptr())
+    elif dtype == torch.bfloat16:
+        sums = torch.empty(rows * (k // BLOCK), dtype=torch.float32)
+        _library().int4_matmul_bf16(*operands, sums.data_ptr(), y.data_ptr())
+    else:
+        _library().int4_matmul_f32(*operands, y.data_ptr())
     return y

@@ -1,5 +1,5 @@
 """A small GGUF reader: metadata, tensor index, and dequantization to float32 (or, for
-4-bit matrices, their blocks as they are: `load_int4`).
+quantized matrices, their blocks as they are: `load_blocks`).
 
 Supports the tensor types F32, F16, BF16, Q8_0, Q4_0 and Q4_1 (32-element
 blocks, as ggml lays them out). Reads the file through one memory map.
@@ -14,13 +14,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.quantized import GROUP, Int4Weight
+from engine.quantized import GROUP, BlockWeight
 
 GGUF_MAGIC = b"GGUF"
 # ggml type id -> (name, elements per block, bytes per block)
 TENSOR_TYPES = {0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
                 8: ("Q8_0", 32, 34), 30: ("BF16", 1, 2)}
 INT4_TYPES = ("Q4_0", "Q4_1")
+BLOCK_TYPES = (*INT4_TYPES, "Q8_0")      # what load_blocks keeps as blocks
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
 
@@ -147,24 +148,29 @@ class GGUFFile:
             out = _dequantize_blocks(kind, raw)
         return out.reshape(t.shape)
 
-    def load_int4(self, t: TensorInfo) -> Int4Weight:
-        """A Q4_0 / Q4_1 matrix as its blocks, undequantized (engine.quantized)."""
+    def load_blocks(self, t: TensorInfo) -> BlockWeight:
+        """A Q4_0 / Q4_1 / Q8_0 matrix as its blocks, undequantized (engine.quantized)."""
         kind = TENSOR_TYPES.get(t.type_id, ("",))[0]
-        if kind not in INT4_TYPES or len(t.shape) != 2:
-            raise GGUFError(f"{self.path}: tensor {t.name} is {t.type_name} {t.shape}, not a 4-bit matrix")
-        q, d, m = _int4_blocks(kind, np.frombuffer(self._buf, np.uint8, self.nbytes(t), t.offset))
+        if kind not in BLOCK_TYPES or len(t.shape) != 2:
+            raise GGUFError(f"{self.path}: tensor {t.name} is {t.type_name} {t.shape}, not a block-quantized matrix")
+        raw = np.frombuffer(self._buf, np.uint8, self.nbytes(t), t.offset)
+        q, d, m = _q8_blocks(raw) if kind == "Q8_0" else _int4_blocks(kind, raw)
         n, k = t.shape
-        return Int4Weight(q.reshape(n, k), d.reshape(n, k // GROUP), m.reshape(n, k // GROUP))
+        return BlockWeight(q.reshape(n, k), d.reshape(n, k // GROUP), m.reshape(n, k // GROUP),
+                           bits=8 if kind == "Q8_0" else 4)
 
 
 def _dequantize_blocks(kind: str, raw: np.ndarray) -> torch.Tensor:
-    if kind == "Q8_0":
-        blocks = raw.reshape(-1, 34)
-        d = torch.from_numpy(blocks[:, :2].copy().view(np.float16).astype(np.float32))      # [n, 1]
-        q = torch.from_numpy(blocks[:, 2:].copy().view(np.int8)).float()
-        return (q * d).reshape(-1)
-    q, d, m = _int4_blocks(kind, raw)
+    q, d, m = _q8_blocks(raw) if kind == "Q8_0" else _int4_blocks(kind, raw)
     return (q.float() * d + m).reshape(-1)
+
+
+def _q8_blocks(raw: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q8_0 blocks as (q [n, 32] int32 in -128..127, d [n, 1], m [n, 1] = 0): w = q d + m."""
+    blocks = raw.reshape(-1, TENSOR_TYPES[8][2])
+    d = torch.from_numpy(blocks[:, :2].copy().view(np.float16).astype(np.float32))
+    q = torch.from_numpy(blocks[:, 2:].copy().view(np.int8)).to(torch.int32)
+    return q, d, torch.zeros_like(d)
 
 
 def _int4_blocks(kind: str, raw: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

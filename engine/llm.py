@@ -51,7 +51,7 @@ def _check_quantization(config: EngineConfig, backend: str, device: torch.device
     if not quantized.available():
         raise ValueError(f"quantization {config.quantization!r} needs torch >= 2.5 "
                          f"(aten._weight_int4pack_mm_for_cpu); this is torch {torch.__version__}")
-    if source.load_int4_weights is None:
+    if source.load_block_weights is None:
         raise ValueError(f"quantization {config.quantization!r} needs a GGUF model with 4-bit (Q4_0/Q4_1) "
                          f"weights; {source.name} has none")
 
@@ -88,7 +88,7 @@ class LLM:
                              f"length {c.max_position}")
         config = replace(requested, backend=backend, device=str(self.device), dtype=dtype)
 
-        load = self.source.load_int4_weights if quantize else self.source.load_weights
+        load = self.source.load_block_weights if quantize else self.source.load_weights
         weights = dict(load(self.device, self.dtype))
         max_pos = min(config.max_model_len or c.max_position, c.max_position)
         self.model = LlamaModel(c, weights, make_ops(config), self.device, self.dtype, max_pos)

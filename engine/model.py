@@ -13,7 +13,7 @@ import torch
 
 from engine.model_config import ModelConfig
 from engine.ops import AttentionMetadata, LayerShape, LayerWeights, Ops, Step
-from engine.quantized import Int4Weight, PackedInt4
+from engine.quantized import BlockWeight, PackedBlocks
 
 
 def rope_cos_sin(config: ModelConfig, max_position: int, device) -> torch.Tensor:
@@ -54,29 +54,28 @@ class LlamaModel:
         self.ops = ops
         c = config
 
-        def pop(name: str) -> torch.Tensor | Int4Weight:
+        def pop(name: str) -> torch.Tensor | BlockWeight:
             if name not in weights:
                 raise ValueError(f"weights lack tensor {name}")
             return weights.pop(name)
 
-        def place(w: torch.Tensor | Int4Weight) -> torch.Tensor | PackedInt4:
-            return w.pack() if isinstance(w, Int4Weight) else w.to(device=device, dtype=dtype)
+        def place(w: torch.Tensor | BlockWeight) -> torch.Tensor | PackedBlocks:
+            if isinstance(w, BlockWeight):
+                return w.pack() if w.packable() else place(w.dequantize())
+            return w.to(device=device, dtype=dtype)
 
-        def take(name: str) -> torch.Tensor | PackedInt4:
+        def take(name: str) -> torch.Tensor | PackedBlocks:
             return place(pop(name))
 
-        def take_dense(name: str) -> torch.Tensor:
-            w = pop(name)
-            return place(w.dequantize() if isinstance(w, Int4Weight) else w)
-
-        def fused(*names: str) -> torch.Tensor | PackedInt4:
+        def fused(*names: str) -> torch.Tensor | PackedBlocks:
             parts = [pop(n) for n in names]
-            if all(isinstance(p, Int4Weight) for p in parts):
-                return place(Int4Weight.cat(parts))
+            if all(isinstance(p, BlockWeight) for p in parts) and len({p.bits for p in parts}) == 1:
+                return place(BlockWeight.cat(parts))
             # A file mixing types inside one fused group runs that group dense.
-            return place(torch.cat([p.dequantize() if isinstance(p, Int4Weight) else p for p in parts]).contiguous())
+            return place(torch.cat([p.dequantize() if isinstance(p, BlockWeight) else p for p in parts]).contiguous())
 
-        self.embed = take_dense("model.embed_tokens.weight")   # looked up by rows, not multiplied
+        embed = pop("model.embed_tokens.weight")
+        self.embed = place(embed.dequantize() if isinstance(embed, BlockWeight) else embed)   # looked up by rows
         self.layers = []
         for i in range(c.num_layers):
             p = f"model.layers.{i}."
@@ -88,13 +87,18 @@ class LlamaModel:
                 gate_up=fused(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"),
                 down=take(p + "mlp.down_proj.weight")))
         self.norm = take("model.norm.weight")
-        self.lm_head = self.embed if c.tie_word_embeddings else take("lm_head.weight")
+        if not c.tie_word_embeddings:
+            self.lm_head = take("lm_head.weight")
+        elif isinstance(embed, BlockWeight) and embed.packable():
+            self.lm_head = place(embed)   # the same parameters, packed for the head's matmul
+        else:
+            self.lm_head = self.embed
         weights.pop("lm_head.weight", None)   # some tied checkpoints store a copy
         self.cos_sin = rope_cos_sin(c, max_position, device)
         self.shape = LayerShape(c.num_heads, c.num_kv_heads, c.head_dim, c.head_dim ** -0.5, c.rms_norm_eps)
 
     def weights(self):
-        """Every weight the model holds, each once (a tied head is the embedding)."""
+        """Every weight the model holds, each once (a tied head is the embedding, or its packed copy)."""
         yield from (self.embed, self.norm)
         if self.lm_head is not self.embed:
             yield self.lm_head
@@ -103,12 +107,14 @@ class LlamaModel:
 
     @property
     def num_parameters(self) -> int:
-        return sum(w.num_parameters if isinstance(w, PackedInt4) else w.numel() for w in self.weights())
+        tied_copy = self.lm_head if self.config.tie_word_embeddings and self.lm_head is not self.embed else None
+        return sum(w.num_parameters if isinstance(w, PackedBlocks) else w.numel()
+                   for w in self.weights() if w is not tied_copy)
 
     def tensors(self):
         """Every tensor the model holds on its device (packed weights as their parts)."""
         for w in (*self.weights(), self.cos_sin):
-            yield from w.tensors() if isinstance(w, PackedInt4) else (w,)
+            yield from w.tensors() if isinstance(w, PackedBlocks) else (w,)
 
     def decode_bytes(self) -> int:
         """Weight bytes one decode step reads: every layer, the final norm, the head
@@ -116,7 +122,7 @@ class LlamaModel:
         read = [w for w in self.weights() if w is not self.embed]
         if self.lm_head is self.embed:
             read.append(self.lm_head)
-        return sum(w.nbytes if isinstance(w, PackedInt4) else w.numel() * w.element_size() for w in read)
+        return sum(w.nbytes if isinstance(w, PackedBlocks) else w.numel() * w.element_size() for w in read)
 
     def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                 kv_cache: torch.Tensor) -> torch.Tensor:

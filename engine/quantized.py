@@ -1,8 +1,9 @@
 """The GGUF's own 4-bit weights, run as they are stored: a CPU int4 matmul at decode sizes.
 
 A Q4_0 / Q4_1 tensor is 32-element blocks along each row, each block w = q * d + m with
-q in 0..15 (Q4_0: m = -8 d). `Int4Weight` keeps exactly that (the integers and the per-block
-d and m); `PackedInt4` is its form for a kernel: our own (engine/cpu_int4.c, where the CPU
+q in 0..15 (Q4_0: m = -8 d); a Q8_0 one (the file's embedding, and so its tied head) has
+q in -128..127 and m = 0. `BlockWeight` keeps exactly that (the integers and the per-block
+d and m); `PackedBlocks` is its form for a kernel: our own (engine/cpu_int4.c, where the CPU
 has AVX-512 BF16 (bf16 activations) or AVX2 + FMA (float32); the file's d and m as they
 are), else
 `aten._weight_int4pack_mm_for_cpu`, which computes x @ ((q - 8) * scale + zero)^T per group
@@ -11,9 +12,10 @@ The step streams a quarter of the bytes of bf16 weights and an eighth of float32
 
 Rounding: the activations and the block factors enter the kernel as bf16 (the kernel's
 float32 variant is a scalar loop, ~50x slower here); tests/test_quantized.py bounds the error.
-The Q8_0 tensor of such files (the embedding, the tied head) is not packed: torch's int8
-weight-only matmul takes one scale per row, and requantizing Q8_0's per-block scales to it
-moved the head's argmax on 1 row in 8 (measured); it runs dequantized.
+The Q8_0 head runs through our kernel's float32 build where the CPU runs float32 activations
+(AVX2, no native bf16): 30 MB a step where the dequantized float32 head reads 113. Elsewhere it
+runs dequantized: torch's int8 weight-only matmul takes one scale per row, and requantizing
+Q8_0's per-block scales to it moved the head's argmax on 1 row in 8 (measured).
 """
 from __future__ import annotations
 
@@ -68,11 +70,12 @@ def available() -> bool:
 
 
 @dataclass
-class Int4Weight:
-    """A [N, K] weight as GGUF 4-bit blocks: w[n, g*32 + j] = q[n, g*32 + j] * d[n, g] + m[n, g]."""
-    q: torch.Tensor       # [N, K] int32, 0..15
+class BlockWeight:
+    """A [N, K] weight as GGUF blocks: w[n, g*32 + j] = q[n, g*32 + j] * d[n, g] + m[n, g]."""
+    q: torch.Tensor       # [N, K] int32: 0..15 (4 bits), -128..127 (8 bits)
     d: torch.Tensor       # [N, K/32] float32 (exactly the file's float16 values)
-    m: torch.Tensor       # [N, K/32] float32
+    m: torch.Tensor       # [N, K/32] float32 (0 for 8 bits)
+    bits: int = 4
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -83,16 +86,26 @@ class Int4Weight:
         blocks = self.q.reshape(n, k // GROUP, GROUP).float() * self.d[..., None] + self.m[..., None]
         return blocks.reshape(n, k)
 
-    def map_rows(self, fn) -> Int4Weight:
+    def map_rows(self, fn) -> BlockWeight:
         """The same weight with its rows rearranged by `fn` (applied to q, d and m alike)."""
-        return Int4Weight(fn(self.q), fn(self.d), fn(self.m))
+        return BlockWeight(fn(self.q), fn(self.d), fn(self.m), self.bits)
 
     @staticmethod
-    def cat(parts: list[Int4Weight]) -> Int4Weight:
-        """Rows stacked, as torch.cat(dim=0) of the dense weights would be."""
-        return Int4Weight(*(torch.cat([getattr(p, f) for p in parts]) for f in ("q", "d", "m")))
+    def cat(parts: list[BlockWeight]) -> BlockWeight:
+        """Rows stacked, as torch.cat(dim=0) of the dense weights would be (parts of one format)."""
+        if len({p.bits for p in parts}) != 1:
+            raise ValueError("cannot stack 4-bit and 8-bit blocks into one weight")
+        return BlockWeight(*(torch.cat([getattr(p, f) for p in parts]) for f in ("q", "d", "m")), parts[0].bits)
 
-    def pack(self, wide_dtype: torch.dtype | None | str = "auto", own_kernel: bool | None = None) -> PackedInt4:
+    def packable(self) -> bool:
+        """Whether a kernel here runs it packed: 4 bits always (ours or torch's); 8 bits only
+        through our float32 build, where the engine's activations are float32."""
+        if self.bits == 4:
+            return True
+        n, k = self.shape
+        return cpu_int4.activation_dtype() == torch.float32 and cpu_int4.available() and cpu_int4.fits(n, k)
+
+    def pack(self, wide_dtype: torch.dtype | None | str = "auto", own_kernel: bool | None = None) -> PackedBlocks:
         """Packed for an int4 kernel (`own_kernel`; default: ours where it runs here, else
         torch's), plus a dense copy in `wide_dtype` (default: dense_prefill_dtype(); None: no
         copy) for steps of more than WIDE_ROWS rows: 2 or 4 more bytes a weight for a prefill
@@ -100,24 +113,30 @@ class Int4Weight:
         n, k = self.shape
         wide_dtype = dense_prefill_dtype() if wide_dtype == "auto" else wide_dtype
         wide = None if wide_dtype is None else self.dequantize().to(wide_dtype)
+        if self.bits == 8:
+            if not self.packable():
+                raise ValueError("8-bit blocks run packed only through engine/cpu_int4.c's float32 build")
+            return PackedBlocks(*cpu_int4.pack(self.q, self.d, self.m, bits=8), n, k, own_kernel=True, wide=wide,
+                                bits=8)
         if own_kernel is None:
             own_kernel = cpu_int4.available() and cpu_int4.fits(n, k)
         if own_kernel:
-            return PackedInt4(*cpu_int4.pack(self.q, self.d, self.m), n, k, own_kernel=True, wide=wide)
+            return PackedBlocks(*cpu_int4.pack(self.q, self.d, self.m), n, k, own_kernel=True, wide=wide)
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(self.q.contiguous(), _INNER_TILES)
         scale_zero = torch.stack([self.d, self.m + 8 * self.d], dim=-1).transpose(0, 1).contiguous()
-        return PackedInt4(packed, scale_zero.to(torch.bfloat16), n, k, own_kernel=False, wide=wide)
+        return PackedBlocks(packed, scale_zero.to(torch.bfloat16), n, k, own_kernel=False, wide=wide)
 
 
 @dataclass
-class PackedInt4:
-    """An int4 weight packed for a CPU kernel; `matmul(x)` is x @ w^T in x's dtype."""
+class PackedBlocks:
+    """A block weight packed for a CPU kernel; `matmul(x)` is x @ w^T in x's dtype."""
     packed: torch.Tensor        # uint8 in the kernel's layout
     factors: torch.Tensor       # the block factors: ours [N/16, K/32, 2, 16] f16 d, m; torch's [K/32, N, 2] bf16
     out_features: int
     in_features: int
     own_kernel: bool            # engine/cpu_int4.c's layout, else torch's
     wide: torch.Tensor | None = None   # [N, K] bf16 or float32, for steps of more than WIDE_ROWS rows
+    bits: int = 4
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
         return (self.packed, self.factors) + ((self.wide,) if self.wide is not None else ())
@@ -135,6 +154,6 @@ class PackedInt4:
         if self.wide is not None and x.shape[0] > WIDE_ROWS:
             return F.linear(x.to(self.wide.dtype), self.wide).to(x.dtype)
         if self.own_kernel:
-            return cpu_int4.matmul(x, self.packed, self.factors, self.out_features).to(x.dtype)
+            return cpu_int4.matmul(x, self.packed, self.factors, self.out_features, bits=self.bits).to(x.dtype)
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), self.packed, GROUP,
                                                           self.factors).to(x.dtype)

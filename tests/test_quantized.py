@@ -1,5 +1,5 @@
 """The GGUF's own 4-bit weights (quantization "gguf"): kept exactly as stored, packed for a CPU
-int4 matmul (our own, engine/cpu_int4.c, where the CPU has AVX-512 BF16; torch's), and the
+int4 matmul (our own, engine/cpu_int4.c, where the CPU has AVX-512 BF16 or AVX2 + FMA; torch's), and the
 engine on them close to the dense engine."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from engine import LLM, SamplingParams, cpu_int4
 from engine.cpu_features import native_bf16
 from engine.gguf_file import INT4_TYPES, GGUFFile
 from engine.model_source import resolve
-from engine.quantized import WIDE_ROWS, Int4Weight, PackedInt4, dense_prefill_dtype
+from engine.quantized import WIDE_ROWS, BlockWeight, PackedBlocks, dense_prefill_dtype
 from jobs.errors import WorkloadError
 from jobs.workloads import get_workload, load_workloads
 from tests.test_model_sources import tiny_hf_weights, write_tiny_gguf
@@ -32,23 +32,23 @@ def test_4bit_matrices_load_as_their_blocks_and_dequantize_exactly(tiny_int4):
     matrices = [t for t in gf.tensors if t.type_name in INT4_TYPES and len(t.shape) == 2]
     assert matrices
     for t in matrices:
-        blocks = gf.load_int4(t)
+        blocks = gf.load_blocks(t)
         assert blocks.q.min() >= 0 and blocks.q.max() <= 15
         assert torch.equal(blocks.dequantize(), gf.load(t)), t.name
     # Through the model source, with llama.cpp's Q/K row order undone on the blocks.
     source = resolve(str(tiny_int4))
     dense = dict(source.load_weights(CPU, torch.float32))
-    kept = dict(source.load_int4_weights(CPU, torch.float32))
+    kept = dict(source.load_block_weights(CPU, torch.float32))
     assert dense.keys() == kept.keys()
     for name, w in kept.items():
-        got = w.dequantize() if isinstance(w, Int4Weight) else w
+        got = w.dequantize() if isinstance(w, BlockWeight) else w
         assert torch.equal(got, dense[name]), name
-    assert isinstance(kept["model.layers.0.self_attn.q_proj.weight"], Int4Weight)
+    assert isinstance(kept["model.layers.0.self_attn.q_proj.weight"], BlockWeight)
 
 
 OWN_KERNEL_MISSING = None if cpu_int4.available() else (
-    "engine/cpu_int4.c needs AVX-512 BF16 and a C compiler; this host has "
-    + ("no compiler" if cpu_int4.cpu_features.avx512_bf16() else "no AVX-512 BF16"))
+    "engine/cpu_int4.c needs AVX-512 BF16 or AVX2 + FMA, and a C compiler; this host has "
+    + ("no compiler" if cpu_int4.activation_dtype() else "neither instruction set"))
 
 
 @pytest.fixture(params=[False, True], ids=["torch-kernel", "own-kernel"])
@@ -61,7 +61,7 @@ def own_kernel(request):
 def test_the_packed_matmul_is_the_dense_product_to_bf16_rounding(model_path, own_kernel):
     gf = GGUFFile(model_path)
     t = next(t for t in gf.tensors if t.name == "blk.0.ffn_gate.weight")
-    blocks = gf.load_int4(t)
+    blocks = gf.load_blocks(t)
     packed = blocks.pack(own_kernel=own_kernel)
     assert packed.own_kernel == own_kernel
     n, k = t.shape
@@ -91,32 +91,60 @@ def test_the_own_kernels_layout_holds_every_nibble_and_the_files_factors():
 
 # Each build of the own kernel this CPU runs (an AVX-512 BF16 CPU runs the AVX2 one too), with
 # its error bound: exact products, float32 sums, then the output's rounding (bf16: ~0.2%).
-BUILDS = [pytest.param(torch.bfloat16, 4e-3, id="bf16-avx512", marks=pytest.mark.skipif(
-              not cpu_int4.cpu_features.avx512_bf16(), reason="this CPU has no AVX-512 BF16")),
-          pytest.param(torch.float32, 1e-5, id="f32-avx2", marks=pytest.mark.skipif(
-              not cpu_int4.cpu_features.avx2_fma(), reason="this CPU has no AVX2 + FMA"))]
+# 8-bit blocks (the Q8_0 head) have the float32 build only.
+NO_AVX512_BF16 = pytest.mark.skipif(not cpu_int4.cpu_features.avx512_bf16(), reason="this CPU has no AVX-512 BF16")
+NO_AVX2_FMA = pytest.mark.skipif(not cpu_int4.cpu_features.avx2_fma(), reason="this CPU has no AVX2 + FMA")
+BUILDS = [pytest.param(torch.bfloat16, 4e-3, 4, id="bf16-avx512", marks=NO_AVX512_BF16),
+          pytest.param(torch.float32, 1e-5, 4, id="f32-avx2", marks=NO_AVX2_FMA),
+          pytest.param(torch.float32, 1e-5, 8, id="f32-avx2-8bit", marks=NO_AVX2_FMA)]
 
 
-@pytest.mark.skipif(OWN_KERNEL_MISSING is not None, reason=str(OWN_KERNEL_MISSING))
-@pytest.mark.parametrize("dtype,bound", BUILDS)
-@pytest.mark.parametrize("rows", [1, 3, 4, 8, 9, 17, WIDE_ROWS])
-@pytest.mark.parametrize("n,k", [(16, 32), (960, 576), (576, 1536)])
-def test_the_own_kernel_at_every_row_count_and_shape(dtype, bound, rows, n, k):
-    gen = torch.Generator().manual_seed(rows * n + k)
-    q = torch.randint(0, 16, (n, k), dtype=torch.int32, generator=gen)
+def random_blocks(gen: torch.Generator, n: int, k: int, bits: int) -> BlockWeight:
     d = (torch.rand(n, k // 32, generator=gen) / 16).half().float()
+    if bits == 8:
+        return BlockWeight(torch.randint(-128, 128, (n, k), dtype=torch.int32, generator=gen), d, torch.zeros_like(d), 8)
     m = (-torch.rand(n, k // 32, generator=gen) / 2).half().float()
+    return BlockWeight(torch.randint(0, 16, (n, k), dtype=torch.int32, generator=gen), d, m)
+
+
+# Rows 1-8 take the in-register path of the float32 build, more rows its panels (cpu_int4.c).
+@pytest.mark.skipif(OWN_KERNEL_MISSING is not None, reason=str(OWN_KERNEL_MISSING))
+@pytest.mark.parametrize("dtype,bound,bits", BUILDS)
+@pytest.mark.parametrize("rows", [1, 3, 4, 6, 7, 8, 9, 13, 17, WIDE_ROWS])
+@pytest.mark.parametrize("n,k", [(16, 32), (960, 576), (576, 1536)])
+def test_the_own_kernel_at_every_row_count_and_shape(dtype, bound, bits, rows, n, k):
+    gen = torch.Generator().manual_seed(rows * n + k)
+    w = random_blocks(gen, n, k, bits)
     x = torch.randn(rows, k, generator=gen).to(dtype)
-    exact = x.double() @ Int4Weight(q, d, m).dequantize().double().T
-    got = cpu_int4.matmul(x, *cpu_int4.pack(q, d, m), n, dtype=dtype)
+    exact = x.double() @ w.dequantize().double().T
+    got = cpu_int4.matmul(x, *cpu_int4.pack(w.q, w.d, w.m, bits=bits), n, dtype=dtype, bits=bits)
     assert got.dtype == dtype and got.shape == (rows, n)
     assert ((got.double() - exact).norm() / exact.norm()).item() < bound
+
+
+def test_the_8bit_layout_holds_every_value_and_the_files_scales():
+    n, k = 32, 64
+    w = random_blocks(torch.Generator().manual_seed(3), n, k, 8)
+    values, factors = cpu_int4.pack(w.q, w.d, w.m, bits=8)     # [N/16, K/32, 32 keys, 16 columns]
+    assert torch.equal(values.view(torch.int8).permute(0, 3, 1, 2).reshape(n, k).int(), w.q)
+    assert torch.equal(factors[:, :, 0].permute(0, 2, 1).reshape(n, k // 32).float(), w.d)
+    assert not factors[:, :, 1].any()
+
+
+def test_the_q8_embedding_loads_as_its_blocks_and_dequantizes_exactly(model_path):
+    gf = GGUFFile(model_path)
+    t = next(t for t in gf.tensors if t.type_name == "Q8_0")
+    blocks = gf.load_blocks(t)
+    assert blocks.bits == 8 and blocks.q.min() >= -128 and blocks.q.max() <= 127 and not blocks.m.any()
+    assert torch.equal(blocks.dequantize(), gf.load(t))
+    with pytest.raises(ValueError, match="4-bit and 8-bit"):
+        BlockWeight.cat([blocks, gf.load_blocks(next(t for t in gf.tensors if t.type_name in INT4_TYPES))])
 
 
 @pytest.mark.parametrize("wide_dtype", [torch.bfloat16, torch.float32])
 def test_wide_steps_take_the_dense_copy_and_give_the_same_product(model_path, own_kernel, wide_dtype):
     gf = GGUFFile(model_path)
-    blocks = gf.load_int4(next(t for t in gf.tensors if t.name == "blk.0.attn_output.weight"))
+    blocks = gf.load_blocks(next(t for t in gf.tensors if t.name == "blk.0.attn_output.weight"))
     with_copy, without = (blocks.pack(wide_dtype=wide, own_kernel=own_kernel) for wide in (wide_dtype, None))
     assert without.wide is None and with_copy.wide.dtype == wide_dtype
     assert with_copy.nbytes == without.nbytes        # a decode step reads the packed weight only
@@ -136,7 +164,11 @@ def test_the_dense_prefill_copy_is_measured_where_bf16_is_native():
 
 def test_the_engine_on_packed_weights_stays_close_to_the_dense_engine(llm):
     quantized = LLM("smollm2-135m-instruct", backend="torch", quantization="gguf", dtype="float32")
-    assert isinstance(quantized.model.layers[0].qkv, PackedInt4)
+    assert isinstance(quantized.model.layers[0].qkv, PackedBlocks)
+    # The Q8_0 head runs packed where the activations are float32 (our kernel's float32 build),
+    # a copy of the embedding's parameters that is not counted twice.
+    head_packed = cpu_int4.available() and cpu_int4.activation_dtype() == torch.float32
+    assert isinstance(quantized.model.lm_head, PackedBlocks) == head_packed
     assert quantized.model.num_parameters == llm.model.num_parameters
     assert quantized.model.decode_bytes() < llm.model.decode_bytes() / 2.5
     requests = get_workload("cpu-small").requests()

@@ -127,7 +127,7 @@ class Ops(Protocol):
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """x [T, K] @ weight [N, K]^T -> [T, N] in x's dtype. The torch backend also takes an
-        engine.quantized.PackedInt4 weight (quantization "gguf")."""
+        engine.quantized.PackedBlocks weight (quantization "gguf")."""
         return F.linear(x, weight)
 
     def norm_linear(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,

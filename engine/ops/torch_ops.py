@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.ops.base import Ops, SamplingTensors, Step
-from engine.quantized import PackedInt4
+from engine.quantized import PackedBlocks
 
 _MASK32 = 0xFFFFFFFF
 ONEDNN = torch.backends.mkldnn.is_available()
@@ -183,7 +183,7 @@ class TorchOps(Ops):
             out[tok] = o
 
     def logits(self, hidden, head):
-        if isinstance(head, PackedInt4):
+        if isinstance(head, PackedBlocks):
             return head.matmul(hidden).float()
         if head.dtype == torch.bfloat16 and head.device.type == "cpu":
             # oneDNN's bf16 GEMM reads half the bytes and runs ~5x faster than a float32
@@ -196,7 +196,7 @@ class TorchOps(Ops):
         return self.linear(hidden.float(), self._head32[1])
 
     def linear(self, x, weight):
-        if isinstance(weight, PackedInt4):
+        if isinstance(weight, PackedBlocks):
             return weight.matmul(x)
         if x.device.type == "cpu" and x.dtype == torch.float32 and ONEDNN:
             # oneDNN's inner product: a float32 decode step's GEMMs take 118-125 ms where MKL's
