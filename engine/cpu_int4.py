@@ -8,60 +8,28 @@ of nibbles once for several rows and takes the file's own block factors in float
 emulated and the engine runs float32); `matmul` takes the one this CPU has. The float32 build
 also runs GGUF's 8-bit blocks (Q8_0: the tied head), bits=8.
 
-It is compiled at first use with the C compiler on PATH (cc, or $CC) into the build cache
-($ROADGATE_CACHE, default ~/.cache/roadgate), keyed by the source, flags and compiler, and
-loaded with ctypes; `available()` is False where the CPU has neither or nothing can compile
-it, and the engine then keeps torch's kernel.
+It is built and loaded by engine.cpu_library; `available()` is False where the CPU has neither
+build's instructions or nothing can compile it, and the engine then keeps torch's kernel.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import logging
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import torch
 
-from engine import cpu_features
-from engine.build_cache import build_once, cache_dir
+from engine import cpu_features, cpu_library
 
 SOURCE = Path(__file__).with_name("cpu_int4.c")
-# Each function names its instruction set in the source: the library loads on any x86-64.
-FLAGS = ("-O3", "-std=c11", "-shared", "-fPIC", "-fopenmp")
 LANES, BLOCK = 16, 32        # output columns per tile, weights per GGUF block (cpu_int4.c's)
-log = logging.getLogger(__name__)
-
-
-def _compiler() -> str | None:
-    return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-
-
-def _build(compiler: str) -> Path:
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
-    key = hashlib.sha256("\0".join([version, *FLAGS]).encode() + SOURCE.read_bytes()).hexdigest()[:16]
-
-    def compile_to(out: Path) -> None:
-        res = subprocess.run([compiler, *FLAGS, "-o", str(out), str(SOURCE)], capture_output=True, text=True)
-        if res.returncode != 0:
-            raise RuntimeError(f"{compiler} failed on {SOURCE.name}: {res.stderr.strip()}")
-    return build_once(cache_dir() / f"cpu_int4-{key}.so", compile_to)
 
 
 @functools.lru_cache(maxsize=1)
 def _library() -> ctypes.CDLL | None:
-    """The compiled kernels, or None (with the reason logged once) where nothing compiles them."""
-    compiler = _compiler()
-    if compiler is None:
-        log.warning("no C compiler on PATH: 4-bit weights use torch's int4 kernel")
-        return None
-    try:
-        lib = ctypes.CDLL(str(_build(compiler)))
-    except (RuntimeError, OSError) as e:
-        log.warning("the CPU int4 kernel did not build (%s): 4-bit weights use torch's int4 kernel", e)
+    """The compiled kernels, or None where nothing compiles them (cpu_library logs why)."""
+    lib = cpu_library.load(SOURCE)
+    if lib is None:
         return None
     # (x, M, K, q, dm, N[, block-sum scratch], y)
     operands = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engine import cpu_ops
 from engine.ops.base import Ops, SamplingTensors, Step
 from engine.quantized import PackedBlocks
 
@@ -103,6 +104,8 @@ class TorchOps(Ops):
         return F.embedding(token_ids, weight)
 
     def rms_norm(self, x, weight, eps, residual):
+        if cpu_ops.runs_pointwise(x) and weight.dtype == torch.float32:
+            return cpu_ops.rms_norm(x, weight, eps, residual)
         r = x.float() if residual is None else x.float() + residual
         h = r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + eps)
         return weight * h.to(x.dtype), r
@@ -156,7 +159,8 @@ class TorchOps(Ops):
         return out
 
     def _decode(self, q, k_cache, v_cache, meta, scale, block_size, out, attend):
-        """All one-token queries at once, over their padded gathered contexts."""
+        """All one-token queries at once: from the paged cache in place where our CPU kernel
+        runs (engine.cpu_ops), else over their padded gathered contexts."""
         plan: StepPlan = meta.plan
         rows = plan.decode_rows
         if plan.decode_gather is None:
@@ -170,13 +174,18 @@ class TorchOps(Ops):
             mask = torch.arange(nblocks * block_size, device=q.device)[None, :] < \
                 torch.tensor(lens, device=q.device)[:, None]
             tok = None if all_rows else torch.tensor([plan.offsets[i] for i in rows], device=q.device)
-            plan.decode_gather = (tables.reshape(-1).long(), mask[:, None, None, :], tok)
-        flat, mask, tok = plan.decode_gather
-        # Whole blocks as rows of one flat table: index_select copies each with one memcpy.
-        k = k_cache.flatten(1).index_select(0, flat).view(len(rows), -1, *k_cache.shape[2:])   # [R, Lmax, nkv, d]
-        v = v_cache.flatten(1).index_select(0, flat).view(len(rows), -1, *v_cache.shape[2:])
-        qd = (q if tok is None else q[tok])[:, :, None, :]   # [R, nh, 1, d]
-        o = attend(qd, k, v, mask, scale)[:, :, 0, :]
+            plan.decode_gather = (tables, torch.tensor(lens, dtype=torch.int32, device=q.device),
+                                  mask[:, None, None, :], tok)
+        tables, lens, mask, tok = plan.decode_gather
+        qd = q if tok is None else q[tok]   # [R, nh, d]
+        if cpu_ops.runs(q, k_cache):
+            o = cpu_ops.paged_decode(qd, k_cache, v_cache, tables, lens, scale)
+        else:
+            # Whole blocks as rows of one flat table: index_select copies each with one memcpy.
+            flat = tables.reshape(-1).long()
+            k = k_cache.flatten(1).index_select(0, flat).view(len(rows), -1, *k_cache.shape[2:])   # [R, Lmax, nkv, d]
+            v = v_cache.flatten(1).index_select(0, flat).view(len(rows), -1, *v_cache.shape[2:])
+            o = attend(qd[:, :, None, :], k, v, mask, scale)[:, :, 0, :]
         if tok is None:
             out.copy_(o)
         else:
@@ -206,6 +215,8 @@ class TorchOps(Ops):
         return F.linear(x, weight)
 
     def silu_and_mul(self, x):
+        if cpu_ops.runs_pointwise(x):
+            return cpu_ops.silu_mul(x)
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up
 
