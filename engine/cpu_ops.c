@@ -1,5 +1,6 @@
 // The torch backend's own CPU kernels besides the matmuls (engine/cpu_ops.py), float32, AVX2 +
-// FMA: a layer's RMSNorm (with its residual add), SiLU(gate) * up, and decode attention. At
+// FMA: a layer's RMSNorm (with its residual add), RoPE with the cache write, SiLU(gate) * up, and
+// decode attention. At
 // decode sizes torch's ops for these cost ~10-50 us each in dispatch and temporaries, where the
 // arithmetic takes a few; these run one call each.
 //
@@ -19,6 +20,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define AVX2 __attribute__((target("avx2,fma")))
 
@@ -144,6 +146,36 @@ AVX2 int paged_decode_attention_f32(const float* q, int rows, int nh, int nkv, i
         }
         free(scores);
         free(slots);
+    }
+    return 0;
+}
+
+// RoPE on q [T, nh, d] and k [T, nkv, d] in place (rows `stride` floats apart, as views of one
+// q|k|v projection), then k and v [T, nkv, d] into their cache slots [T] (-1: none, padding).
+// cos_sin [positions, d] is cos | sin of each frequency (engine.model.rope_cos_sin). The
+// rotation is the torch backend's to the bit: x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin,
+// each product rounded, then the sum (no FMA). d % 16 == 0 (else -1).
+static inline AVX2 void rotate(float* x, const float* cs, int half) {
+    for (int i = 0; i < half; i += 8) {
+        const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + half + i);
+        const __m256 c = _mm256_loadu_ps(cs + i), s = _mm256_loadu_ps(cs + half + i);
+        _mm256_storeu_ps(x + i, _mm256_sub_ps(_mm256_mul_ps(a, c), _mm256_mul_ps(b, s)));
+        _mm256_storeu_ps(x + half + i, _mm256_add_ps(_mm256_mul_ps(b, c), _mm256_mul_ps(a, s)));
+    }
+}
+
+AVX2 int rope_cache_f32(float* q, float* k, const float* v, int64_t stride, int T, int nh, int nkv, int d,
+                        const float* cos_sin, const int64_t* positions, const int64_t* slots, float* k_cache,
+                        float* v_cache) {
+    if (d % 16) return -1;
+    for (int t = 0; t < T; ++t) {
+        const float* cs = cos_sin + positions[t] * d;
+        for (int h = 0; h < nh; ++h) rotate(q + t * stride + (int64_t)h * d, cs, d / 2);
+        for (int h = 0; h < nkv; ++h) rotate(k + t * stride + (int64_t)h * d, cs, d / 2);
+        if (slots[t] >= 0) {
+            memcpy(k_cache + slots[t] * nkv * d, k + t * stride, (size_t)nkv * d * sizeof(float));
+            memcpy(v_cache + slots[t] * nkv * d, v + t * stride, (size_t)nkv * d * sizeof(float));
+        }
     }
     return 0;
 }

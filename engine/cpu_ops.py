@@ -1,5 +1,6 @@
 """The torch backend's own CPU kernels besides the matmuls (engine/cpu_ops.c), float32 where
-the CPU has AVX2 + FMA: RMSNorm with its residual add, SiLU(gate) * up, and decode attention
+the CPU has AVX2 + FMA: RMSNorm with its residual add, RoPE with the KV cache write, SiLU(gate)
+* up, and decode attention
 from the paged KV cache itself (in place of gathering each row's blocks into a padded copy for
 torch's SDPA). At decode sizes torch's ops for these are mostly dispatch and temporaries: on the
 2-core AVX2 EPYC, ~95 us a norm, ~50 us SiLU * up, ~300 us the gather and SDPA of a layer at 8
@@ -28,7 +29,8 @@ def _library() -> ctypes.CDLL | None:
         lib.paged_decode_attention_f32.argtypes = [p, i, i, i, i, p, p, i, p, i, p, ctypes.c_float, p]
         lib.rms_norm_f32.argtypes = [p, p, p, i, i, ctypes.c_float, p, p]
         lib.silu_mul_f32.argtypes = [p, i, i, p]
-        for fn in (lib.paged_decode_attention_f32, lib.rms_norm_f32, lib.silu_mul_f32):
+        lib.rope_cache_f32.argtypes = [p, p, p, ctypes.c_int64, i, i, i, i, p, p, p, p, p]
+        for fn in (lib.paged_decode_attention_f32, lib.rms_norm_f32, lib.silu_mul_f32, lib.rope_cache_f32):
             fn.restype = ctypes.c_int
     return lib
 
@@ -53,6 +55,29 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
     _check(_library().rms_norm_f32(x.data_ptr(), res, weight.contiguous().data_ptr(), x.shape[0], x.shape[1], eps,
                                    r.data_ptr(), out.data_ptr()), "rms_norm needs rows of a multiple of 8 floats")
     return out, r
+
+
+def runs_rope(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor) -> bool:
+    """Whether rope_cache takes these: float32 views of one q|k|v projection's rows (the same
+    row stride, heads packed) and a contiguous float32 cache."""
+    views = (q, k, v)
+    return (runs_pointwise(q) and all(x.dtype == torch.float32 and x.stride(2) == 1 and x.stride(1) == x.shape[2]
+                                      and x.stride(0) == q.stride(0) for x in views)
+            and k_cache.dtype == torch.float32 and k_cache.is_contiguous())
+
+
+def rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+               cos_sin: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> None:
+    """RoPE on q [T, nh, d] and k [T, nkv, d] in place, then k and v into the cache's slots [T]
+    (int64, -1: not stored); cos_sin [positions, d] float32, positions [T] int64."""
+    T, nh, d = q.shape
+    positions, slots = positions.contiguous(), slots.contiguous()
+    if positions.dtype != torch.int64 or slots.dtype != torch.int64 or cos_sin.dtype != torch.float32:
+        raise ValueError("rope_cache needs int64 positions and slots and a float32 table")
+    _check(_library().rope_cache_f32(q.data_ptr(), k.data_ptr(), v.data_ptr(), q.stride(0), T, nh, k.shape[1], d,
+                                     cos_sin.contiguous().data_ptr(), positions.data_ptr(), slots.data_ptr(),
+                                     k_cache.data_ptr(), v_cache.data_ptr()),
+           "rope_cache needs a head size of a multiple of 16")
 
 
 def silu_mul(x: torch.Tensor) -> torch.Tensor:

@@ -104,3 +104,34 @@ def test_silu_mul_is_the_torch_backends_to_float32_rounding():
     assert torch.allclose(got.double(), want, rtol=3e-7, atol=1e-37)
     with pytest.raises(ValueError, match="multiple of 8"):
         cpu_ops.silu_mul(torch.zeros(2, 12))
+
+
+def test_rope_cache_rotates_like_the_torch_backend_and_stores_only_real_slots():
+    from engine.model import rope_cos_sin
+    from engine.model_config import PRESETS
+    config = PRESETS["smollm2-135m"]
+    nh, nkv, d = config.num_heads, config.num_kv_heads, config.head_dim
+    gen = torch.Generator().manual_seed(9)
+    T = 5
+    qkv = torch.randn(T, (nh + 2 * nkv) * d, generator=gen)
+    q, k, v = (x.reshape(T, -1, d) for x in qkv.split([nh * d, nkv * d, nkv * d], dim=-1))
+    cos_sin = rope_cos_sin(config, 512, "cpu")
+    positions = torch.tensor([0, 7, 100, 511, 3])
+    slots = torch.tensor([17, 3, -1, 40, 0])          # token 2 is padding: nothing stored
+    k_cache, v_cache = (torch.full((4, 16, nkv, d), 7.0) for _ in range(2))
+    cos, sin = cos_sin[positions].chunk(2, dim=-1)
+    cos2, sin2 = torch.cat((cos, cos), -1)[:, None], torch.cat((-sin, sin), -1)[:, None]
+
+    def rotated(x):
+        return x * cos2 + torch.cat((x[..., d // 2:], x[..., :d // 2]), -1) * sin2
+    want_q, want_k, want_v = rotated(q.clone()), rotated(k.clone()), v.clone()
+    assert cpu_ops.runs_rope(q, k, v, k_cache)
+    cpu_ops.rope_cache(q, k, v, k_cache, v_cache, cos_sin, positions, slots)
+    assert torch.equal(q, want_q) and torch.equal(k, want_k)          # in place, to the bit
+    flat_k, flat_v = k_cache.view(-1, nkv, d), v_cache.view(-1, nkv, d)
+    for t, slot in enumerate(slots.tolist()):
+        if slot >= 0:
+            assert torch.equal(flat_k[slot], want_k[t]) and torch.equal(flat_v[slot], want_v[t])
+    untouched = torch.ones(64, dtype=torch.bool)
+    untouched[[s for s in slots.tolist() if s >= 0]] = False
+    assert (flat_k[untouched] == 7).all() and (flat_v[untouched] == 7).all()

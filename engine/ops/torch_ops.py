@@ -114,6 +114,10 @@ class TorchOps(Ops):
         # x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin, as x * [cos, cos] + [x2, x1] * [-sin, sin]:
         # the same products and sums, in a third of the ops.
         plan: StepPlan = step.meta.plan
+        k_cache, v_cache = kv_cache
+        if cpu_ops.runs_rope(q, k, v, k_cache):
+            cpu_ops.rope_cache(q, k, v, k_cache, v_cache, step.cos_sin, step.positions, step.meta.slot_mapping)
+            return
         if plan.rope is None:
             cos, sin = step.cos_sin[step.positions].chunk(2, dim=-1)
             slots = step.meta.slot_mapping
@@ -128,7 +132,6 @@ class TorchOps(Ops):
             x.copy_(xf * cos2 + swapped * sin2)
         if stored is not None:
             k, v = k[stored], v[stored]
-        k_cache, v_cache = kv_cache
         k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, k)
         v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, v)
 
