@@ -39,6 +39,7 @@ def _library() -> ctypes.CDLL | None:
     return lib
 
 
+@functools.cache   # asked at every matmul
 def activation_dtype() -> torch.dtype | None:
     """The activation type of the build this CPU runs (bf16 on AVX-512 BF16, float32 on AVX2 +
     FMA), None where neither runs."""
@@ -75,7 +76,8 @@ def matmul(x: torch.Tensor, weights: torch.Tensor, factors: torch.Tensor, out_fe
     """x [M, K] @ w^T -> [M, N] in the activation dtype (`dtype`, default this CPU's build's:
     see activation_dtype; 8 bits: float32 only), for a weight packed by `pack`."""
     dtype = torch.float32 if bits == 8 else dtype or activation_dtype()
-    x = x.to(dtype).contiguous()
+    if x.dtype != dtype or not x.is_contiguous():   # the engine passes both already: skip two calls
+        x = x.to(dtype).contiguous()
     rows, k = x.shape
     y = torch.empty((rows, out_features), dtype=dtype)
     operands = (x.data_ptr(), rows, k, weights.data_ptr(), factors.data_ptr(), out_features)

@@ -154,6 +154,7 @@ class PackedBlocks:
         if self.wide is not None and x.shape[0] > WIDE_ROWS:
             return F.linear(x.to(self.wide.dtype), self.wide).to(x.dtype)
         if self.own_kernel:
-            return cpu_int4.matmul(x, self.packed, self.factors, self.out_features, bits=self.bits).to(x.dtype)
+            y = cpu_int4.matmul(x, self.packed, self.factors, self.out_features, bits=self.bits)
+            return y if y.dtype == x.dtype else y.to(x.dtype)
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), self.packed, GROUP,
                                                           self.factors).to(x.dtype)
