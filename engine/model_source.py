@@ -194,10 +194,10 @@ def _gguf(path: Path) -> ModelSource:
                 w = w.map_rows(lambda rows: _unpermute(rows, heads)) if blocks else _unpermute(w, heads)
             yield name, w
 
-    def load_blocks(device: torch.device, dtype: torch.dtype):
+    def load_keeping_blocks(device: torch.device, dtype: torch.dtype):
         return load(device, dtype, keep_blocks=True)
     has_int4 = any(t.type_name in INT4_TYPES and len(t.shape) == 2 for t in gf.tensors)
-    return ModelSource(str(path), config, tokenizer, load, load_blocks if has_int4 else None)
+    return ModelSource(str(path), config, tokenizer, load, load_keeping_blocks if has_int4 else None)
 
 
 # ---------------------------------------------------------------- HF folder

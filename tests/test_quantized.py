@@ -102,7 +102,8 @@ BUILDS = [pytest.param(torch.bfloat16, 4e-3, 4, id="bf16-avx512", marks=NO_AVX51
 def random_blocks(gen: torch.Generator, n: int, k: int, bits: int) -> BlockWeight:
     d = (torch.rand(n, k // 32, generator=gen) / 16).half().float()
     if bits == 8:
-        return BlockWeight(torch.randint(-128, 128, (n, k), dtype=torch.int32, generator=gen), d, torch.zeros_like(d), 8)
+        q = torch.randint(-128, 128, (n, k), dtype=torch.int32, generator=gen)
+        return BlockWeight(q, d, torch.zeros_like(d), 8)
     m = (-torch.rand(n, k // 32, generator=gen) / 2).half().float()
     return BlockWeight(torch.randint(0, 16, (n, k), dtype=torch.int32, generator=gen), d, m)
 

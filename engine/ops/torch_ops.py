@@ -82,7 +82,7 @@ class StepPlan:
     seq_lens: list[int]
     offsets: list[int]                  # where each sequence's queries start
     decode_rows: list[int]              # sequences with one new token, attended all at once
-    # Made by the first layer, for all: the decode rows' gather indices and mask; the
+    # Made by the first layer, for all: how the decode rows attend, their tables, lengths and mask; the
     # RoPE factors at the step's positions, and the cache slots of the tokens that have one.
     decode_gather: tuple | None = None
     rope: tuple | None = None
@@ -172,16 +172,16 @@ class TorchOps(Ops):
             all_rows = len(rows) == len(plan.query_lens)
             tables = meta.block_tables[:, :nblocks] if all_rows else \
                 meta.block_tables[torch.tensor(rows, device=q.device), :nblocks]
-            # Slots past a row's length hold stale values from earlier sequences;
+            in_place = cpu_ops.runs(q, k_cache)     # every layer alike: decided once a step
+            # Gathered, slots past a row's length hold stale values from earlier sequences;
             # they get zero weight (the cache starts zeroed, so none is NaN).
-            mask = torch.arange(nblocks * block_size, device=q.device)[None, :] < \
-                torch.tensor(lens, device=q.device)[:, None]
+            mask = None if in_place else (torch.arange(nblocks * block_size, device=q.device)[None, :] <
+                                          torch.tensor(lens, device=q.device)[:, None])[:, None, None, :]
             tok = None if all_rows else torch.tensor([plan.offsets[i] for i in rows], device=q.device)
-            plan.decode_gather = (tables, torch.tensor(lens, dtype=torch.int32, device=q.device),
-                                  mask[:, None, None, :], tok)
-        tables, lens, mask, tok = plan.decode_gather
+            plan.decode_gather = (in_place, tables, torch.tensor(lens, dtype=torch.int32, device=q.device), mask, tok)
+        in_place, tables, lens, mask, tok = plan.decode_gather
         qd = q if tok is None else q[tok]   # [R, nh, d]
-        if cpu_ops.runs(q, k_cache):
+        if in_place:
             o = cpu_ops.paged_decode(qd, k_cache, v_cache, tables, lens, scale)
         else:
             # Whole blocks as rows of one flat table: index_select copies each with one memcpy.
