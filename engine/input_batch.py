@@ -23,6 +23,7 @@ from engine.scheduler import NewRequest, SchedulerOutput
 class InputBatch:
     def __init__(self, max_num_seqs: int, max_model_len: int, block_size: int):
         self.block_size = block_size
+        self.max_num_seqs = max_num_seqs
         self.request_ids: list[int | None] = [None] * max_num_seqs
         self.row_of: dict[int, int] = {}                 # request id -> row
         self.num_rows = 0

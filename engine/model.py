@@ -126,7 +126,8 @@ class LlamaModel:
 
     def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                 kv_cache: torch.Tensor) -> torch.Tensor:
-        """Packed new tokens of all sequences -> final hidden states [T, H].
+        """Packed new tokens of all sequences -> final hidden states: [T, H], or, where the
+        step keeps only each sequence's last token (meta.last), [B, H] at those tokens.
 
         kv_cache: [num_layers, 2, num_blocks, block_size, nkv, d].
         """
@@ -134,11 +135,16 @@ class LlamaModel:
         step = Step(self.shape, positions, self.cos_sin, meta)
         h = ops.embed(token_ids, self.embed)
         residual = None
-        for layer, k_cache, v_cache in zip(self.layers, kv_cache[:, 0], kv_cache[:, 1]):
-            h, residual = ops.attention_block(h, residual, layer, (k_cache, v_cache), step)
+        for i, layer in enumerate(self.layers):
+            kv = (kv_cache[i, 0], kv_cache[i, 1])
+            if meta.last is not None and i == len(self.layers) - 1:
+                q, residual = ops.attention_inputs(h, residual, layer, kv, step)
+                attn = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+                self.attend(i, q, attn, step, kv_cache)
+                return self._finish(attn, residual, step)
+            h, residual = ops.attention_block(h, residual, layer, kv, step)
             h, residual = ops.mlp_block(h, residual, layer, step)
-        out, _ = ops.rms_norm(h, self.norm, self.shape.rms_norm_eps, residual)
-        return out
+        return ops.rms_norm(h, self.norm, self.shape.rms_norm_eps, residual)[0]
 
     # The forward pass cut at attention, for CUDA graphs of steps with prefill
     # (engine.prefill_graphs): attention is the one op whose launch the host sizes from the
@@ -150,22 +156,35 @@ class LlamaModel:
         """Piece i of num_layers + 1: piece 0 embeds the tokens, piece i > 0 finishes layer
         i - 1 (output projection and MLP) from `carry` and its attention's output `attn`
         [T, nh, d]; then layer i's attention inputs (its Carry), or, after the last layer,
-        the final norm (hidden states [T, H])."""
+        the final norm (hidden states, as `forward` returns them)."""
         ops = self.ops
+        if i == len(self.layers):
+            return self._finish(attn, carry.residual, step)
         if i == 0:
             h, residual = ops.embed(token_ids, self.embed), None
         else:
             layer = self.layers[i - 1]
             h = ops.linear(attn.flatten(1), layer.o)
             h, residual = ops.mlp_block(h, carry.residual, layer, step)
-        if i == len(self.layers):
-            return ops.rms_norm(h, self.norm, self.shape.rms_norm_eps, residual)[0]
         q, residual = ops.attention_inputs(h, residual, self.layers[i], (kv_cache[i, 0], kv_cache[i, 1]), step)
         return Carry(q, residual)
 
     def attend(self, i: int, q: torch.Tensor, attn: torch.Tensor, step: Step, kv_cache: torch.Tensor) -> None:
-        """Layer i's attention of queries q (piece i's), between pieces i and i + 1: into attn."""
+        """Layer i's attention of queries q (piece i's), between pieces i and i + 1: into attn.
+        The last layer's runs at each sequence's last token alone where the step says so."""
+        if step.meta.last is not None and i == len(self.layers) - 1:
+            step = Step(step.shape, step.positions, step.cos_sin, step.meta.last)
         self.ops.attention(q, (kv_cache[i, 0], kv_cache[i, 1]), step, out=attn)
+
+    def _finish(self, attn: torch.Tensor, residual: torch.Tensor, step: Step) -> torch.Tensor:
+        """The last layer from its attention's output (output projection, MLP), then the final
+        norm: at the rows meta.last keeps where it is set (the rest of attn was not computed)."""
+        ops, layer, last = self.ops, self.layers[-1], step.meta.last
+        if last is not None:
+            attn, residual = attn.index_select(0, last.query_start_loc), residual.index_select(0, last.query_start_loc)
+        h = ops.linear(attn.flatten(1), layer.o)
+        h, residual = ops.mlp_block(h, residual, layer, step)
+        return ops.rms_norm(h, self.norm, self.shape.rms_norm_eps, residual)[0]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.ops.logits(hidden, self.lm_head)

@@ -26,6 +26,7 @@ from engine.input_batch import InputBatch
 from engine.model import LlamaModel
 from engine.ops import AttentionMetadata, SamplingTensors
 from engine.ops.driver import copy_async
+from engine.prefill_graphs import kept_rows
 from engine.sampling_params import SamplingParams
 from engine.scheduler import NewRequest, SchedulerOutput
 from engine.step_upload import StaticInputs, upload
@@ -54,7 +55,10 @@ class StepInputs:
     query_start: np.ndarray            # [B + 1] int32
     seq_lens: np.ndarray               # [B] int32
     block_tables: np.ndarray           # [B, max_blocks] int32
-    sample_rows: np.ndarray            # [S] int64
+    sample_rows: np.ndarray            # [S] int64: the sampled rows of the forward's output
+    # A step with prefill: each row's last token this step, the forward's output rows
+    # (AttentionMetadata.last); for a prefill graph padded with token 0 to its kept rows.
+    last_tokens: np.ndarray | None     # [B] int32
 
 
 @dataclass
@@ -73,7 +77,7 @@ class StepLayout:
 
 # The dtype of every array of a step (StepInputs' fields, then the sampling arrays).
 STEP_DTYPES = {"token_ids": np.int64, "source_rows": np.int64, "positions": np.int64, "slots": np.int64,
-               "query_start": np.int32, "seq_lens": np.int32, "sample_rows": np.int64,
+               "query_start": np.int32, "seq_lens": np.int32, "sample_rows": np.int64, "last_tokens": np.int32,
                "temperature": np.float32, "top_k": np.int32, "top_p": np.float32, "seeds": np.int64,
                "counters": np.int64, "block_tables": np.int32}
 
@@ -84,7 +88,8 @@ def static_inputs(config: EngineConfig, device: torch.device) -> StaticInputs:
     tokens, rows = max(config.max_num_batched_tokens, config.max_num_seqs), config.max_num_seqs
     width = math.ceil(config.max_model_len / config.block_size)
     shapes = {"token_ids": (tokens,), "source_rows": (tokens,), "positions": (tokens,), "slots": (tokens,),
-              "query_start": (rows + 1,), "seq_lens": (rows,), "sample_rows": (rows,), "temperature": (rows,),
+              "query_start": (rows + 1,), "seq_lens": (rows,), "sample_rows": (rows,), "last_tokens": (rows,),
+              "temperature": (rows,),
               "top_k": (rows,), "top_p": (rows,), "seeds": (rows,), "counters": (rows,),
               "block_tables": (rows, width)}    # last: an upload copies only the rows used
     return StaticInputs({name: (STEP_DTYPES[name], shape) for name, shape in shapes.items()}, device)
@@ -247,7 +252,8 @@ class ModelRunner:
         """The step's inputs over the persistent batch's rows, vectorized, built `into` host
         slots (see _step_array). Padding rows of a decode graph's bucket (`pad_to` rows): token 0,
         position 0, no cache slot (-1), a one-token query and context. Padding tokens of a
-        prefill graph's bucket (`pad_tokens_to` tokens, no rows): token 0, position 0, no cache slot."""
+        prefill graph's bucket (`pad_tokens_to` tokens, no rows): token 0, position 0, no cache slot;
+        its kept rows past the step's (kept_rows): token 0."""
         n = len(step.rows)
         padded_rows = pad_to or n
         query_lens = np.ones(padded_rows, np.int32)
@@ -285,9 +291,16 @@ class ModelRunner:
         block_tables[:n] = batch.block_table[step.rows, :width]
         block_tables[n:] = 0
         sample_rows = _step_array(into, "sample_rows", len(step.sampled))
-        np.subtract(query_start[step.sampled + 1], 1, out=sample_rows)
+        # A step with prefill returns a row a sequence (AttentionMetadata.last), a decode step a
+        # row a token: a row a sequence too.
+        sample_rows[:] = step.sampled
+        last_tokens = None
+        if num_real > n or pad_tokens_to:     # a prefill graph's last piece reads them in any case
+            last_tokens = _step_array(into, "last_tokens", kept_rows(pad_tokens_to, batch.max_num_seqs) if pad_tokens_to else n)
+            np.subtract(query_start[1:n + 1], 1, out=last_tokens[:n])
+            last_tokens[n:] = 0
         return StepInputs(token_ids, source_rows, positions, cache_slots, query_start, seq_lens, block_tables,
-                          sample_rows)
+                          sample_rows, last_tokens)
 
     def _token_ids(self, inputs: StepInputs, dev: dict, previous: LaunchedStep | None) -> torch.Tensor:
         """The step's token ids, in place in dev["token_ids"] (where graphs read them)."""
@@ -298,10 +311,17 @@ class ModelRunner:
 
     def _metadata(self, inputs: StepInputs, dev: dict) -> AttentionMetadata:
         query_lens = np.diff(inputs.query_start)
-        return AttentionMetadata(
+        meta = AttentionMetadata(
             query_start_loc=dev["query_start"], seq_lens=dev["seq_lens"], block_tables=dev["block_tables"],
             slot_mapping=dev["slots"], max_query_len=int(query_lens.max()), max_seq_len=int(inputs.seq_lens.max()),
             plan=self.model.ops.plan_step(query_lens, inputs.seq_lens))
+        if inputs.last_tokens is not None:
+            n = len(query_lens)
+            meta.last = AttentionMetadata(
+                query_start_loc=dev["last_tokens"][:n], seq_lens=meta.seq_lens, block_tables=meta.block_tables,
+                slot_mapping=meta.slot_mapping, max_query_len=1, max_seq_len=meta.max_seq_len,
+                plan=self.model.ops.plan_step(np.ones(n, np.int64), inputs.seq_lens, inputs.last_tokens[:n]))
+        return meta
 
     @staticmethod
     def _sampling_arrays(batch: InputBatch, step: StepLayout, pad_to: int | None = None,

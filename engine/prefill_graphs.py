@@ -7,7 +7,9 @@ attention's: the prefill kernel's grid is sized on the host from the step's leng
 so it runs eagerly between the pieces (LlamaModel.piece), as vLLM's piecewise graphs
 leave attention out. A step's tokens are padded to the bucket (token 0 at position 0,
 no cache slot: the padding writes nothing, and attention reads only the step's own
-queries); its sequences and their lengths are free.
+queries); its sequences and their lengths are free. The last layer's attention, and
+everything after it, runs at each sequence's last token alone (AttentionMetadata.last):
+the last piece takes a fixed number of rows (kept_rows), the step's first.
 
 Memory: the pieces of all buckets share one pool, captured largest first, and
 attention writes into one buffer for all of them. Of a piece's outputs only its
@@ -34,6 +36,12 @@ def token_buckets(max_num_batched_tokens: int) -> list[int]:
     return sorted({b for b in _BUCKETS if b < max_num_batched_tokens} | {max_num_batched_tokens})
 
 
+def kept_rows(bucket: int, max_num_seqs: int) -> int:
+    """The rows a bucket's last piece computes: one a sequence, as many as a step of that
+    many tokens can have."""
+    return min(bucket, max_num_seqs)
+
+
 def held_bytes(config: EngineConfig, model_config, element_size: int) -> int:
     """GPU memory the graphs keep: every piece's q|k|v projection (its queries are a view
     of it) at every bucket; the engine leaves it out of the KV cache."""
@@ -45,9 +53,11 @@ class PrefillGraphs:
     def __init__(self, config: EngineConfig, model: LlamaModel, kv_cache: torch.Tensor, inputs: StaticInputs):
         self.model, self.kv_cache, self.inputs = model, kv_cache, inputs.views
         self.programmatic = config.programmatic_launch
+        self.max_num_seqs = config.max_num_seqs
         self.buckets = token_buckets(config.max_num_batched_tokens)
         self.side_stream = model.ops.new_stream()
         self.inputs["slots"].fill_(-1)            # the warm-up runs write nothing to the cache
+        self.inputs["last_tokens"].zero_()        # and keep row 0
         s = model.shape
         self.attn = torch.empty((self.buckets[-1], s.num_heads, s.head_dim), dtype=kv_cache.dtype,
                                 device=kv_cache.device)
@@ -64,10 +74,10 @@ class PrefillGraphs:
 
     def run(self, bucket: int, metadata: Callable[[], AttentionMetadata]) -> torch.Tensor:
         """The step uploaded into the static inputs (token arrays padded to `bucket`): final
-        hidden states [bucket, H], the padding rows garbage. `metadata` makes the step's
-        attention metadata; it is called once the first piece is launched, which needs none,
-        so that the host plans attention while the GPU embeds (the GPU waits on the host until
-        the first attention is launched)."""
+        hidden states [kept_rows, H], a row a sequence, the padding rows garbage. `metadata`
+        makes the step's attention metadata; it is called once the first piece is launched,
+        which needs none, so that the host plans attention while the GPU embeds (the GPU waits
+        on the host until the first attention is launched)."""
         model, v = self.model, self.inputs
         pieces, attn = self._pieces[bucket], self.attn[:bucket]
         pieces[0][0].replay()
@@ -87,6 +97,9 @@ class PrefillGraphs:
         meta = AttentionMetadata(query_start_loc=v["query_start"][:2], seq_lens=v["seq_lens"][:1],
                                  block_tables=v["block_tables"][:1], slot_mapping=v["slots"][:bucket],
                                  max_query_len=bucket, max_seq_len=bucket)
+        meta.last = AttentionMetadata(query_start_loc=v["last_tokens"][:kept_rows(bucket, self.max_num_seqs)],
+                                      seq_lens=meta.seq_lens, block_tables=meta.block_tables,
+                                      slot_mapping=meta.slot_mapping, max_query_len=1, max_seq_len=bucket)
         step = Step(model.shape, v["positions"][:bucket], model.cos_sin, meta)
         token_ids, attn = v["token_ids"][:bucket], self.attn[:bucket]
         pieces, carry = [], None

@@ -83,8 +83,10 @@ class Layout:
         return views
 
 
-def upload(arrays: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
-    """The arrays on the device, in one copy of a buffer laid out for them alone."""
+def upload(arrays: dict[str, np.ndarray | None], device: torch.device) -> dict[str, torch.Tensor]:
+    """The arrays on the device, in one copy of a buffer laid out for them alone (those a
+    step does not have, None, left out)."""
+    arrays = {name: a for name, a in arrays.items() if a is not None}
     layout = Layout({name: (a.dtype, a.shape) for name, a in arrays.items()})
     staging = torch.empty(layout.nbytes, dtype=torch.uint8, pin_memory=device.type == "cuda")
     layout.fill(layout.host_views(staging), arrays)
@@ -122,12 +124,13 @@ class StaticInputs:
             self._copied[self._turn].synchronize()
         return self._host_views[self._turn]
 
-    def upload(self, arrays: dict[str, np.ndarray], in_place: bool = False) -> Mapping[str, torch.Tensor]:
+    def upload(self, arrays: dict[str, np.ndarray | None], in_place: bool = False) -> Mapping[str, torch.Tensor]:
         """Copy the arrays into the leading corners of their slots (`in_place`: they were built
         there, in `host_slots()`), once, through the last row any of them fills; their views,
         each cut to the array's rows (a 2-D slot keeps its full width: a graph captured on it
-        reads that row stride)."""
-        arrays = {name: arrays[name] for name in self.layout.shapes}
+        reads that row stride). A step without one of the arrays (None) has no view of its slot,
+        whose device copy then holds whatever its host slot held."""
+        arrays = {name: arrays[name] for name in self.layout.shapes if arrays[name] is not None}
         nbytes = self.layout.end_of(arrays)
         if not in_place:
             self.layout.fill(self.host_slots(), arrays)

@@ -1,7 +1,10 @@
 """The forward pass cut at attention (LlamaModel.piece / attend), as prefill graphs replay
 it, on the torch backend: padded to a bucket, it gives the forward pass's hidden states
-and cache, and the padding writes nothing."""
+and cache, and the padding writes nothing; and the last layer run at each sequence's last
+token alone (AttentionMetadata.last) gives the full pass's rows there."""
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
@@ -27,6 +30,16 @@ def prefill_inputs(llm, prompts, pad_tokens_to=None):
     return dev, runner._metadata(inputs, dev)
 
 
+def run_pieces(model, dev, meta, kv_cache, attn):
+    step = Step(model.shape, dev["positions"], model.cos_sin, meta)
+    carry = None
+    for i in range(len(model.layers) + 1):
+        carry = model.piece(i, carry, dev["token_ids"], step, kv_cache, attn)
+        if i < len(model.layers):
+            model.attend(i, carry.q, attn, step, kv_cache)
+    return carry
+
+
 def test_pieces_with_padding_give_the_forward_pass(llm):
     prompts = [[(13 * i + 5 * j) % 3000 + 10 for j in range(n)] for i, n in enumerate((7, 21))]
     model = llm.model
@@ -34,20 +47,36 @@ def test_pieces_with_padding_give_the_forward_pass(llm):
 
     dev, meta = prefill_inputs(llm, prompts)
     expected = model.forward(dev["token_ids"], dev["positions"], meta, eager_cache)
+    assert expected.shape == (2, model.config.hidden_size)      # a row a sequence
 
     dev, meta = prefill_inputs(llm, prompts, pad_tokens_to=32)
     assert dev["token_ids"].shape == (32,) and (dev["slots"][28:] == -1).all()
-    step = Step(model.shape, dev["positions"], model.cos_sin, meta)
+    # The batch's 4 rows are kept: the 2 sequences' last tokens, then token 0.
+    assert dev["last_tokens"].tolist() == [6, 27, 0, 0]
+    meta.last.query_start_loc = dev["last_tokens"]      # as the graph holds them (attention reads 2)
     attn = torch.full((32, model.shape.num_heads, model.shape.head_dim), float("nan"))
-    carry = None
-    for i in range(len(model.layers) + 1):
-        carry = model.piece(i, carry, dev["token_ids"], step, pieces_cache, attn)
-        if i < len(model.layers):
-            model.attend(i, carry.q, attn, step, pieces_cache)
-    # Padding rows carry NaN from the attention buffer; rows are independent, so the
-    # step's own rows must not see it.
-    assert carry.shape == (32, model.config.hidden_size) and carry[28:].isnan().all()
-    torch.testing.assert_close(carry[:28], expected, rtol=1e-5, atol=1e-5)
+    hidden = run_pieces(model, dev, meta, pieces_cache, attn)
+    # The last layer's attention wrote only the kept tokens' rows; earlier layers' wrote every
+    # real token's, and the padding's rows carry NaN from the buffer, which no real row sees.
+    assert attn[28:].isnan().all() and not attn[:28].isnan().any()
+    assert hidden.shape == (4, model.config.hidden_size)
+    torch.testing.assert_close(hidden[:2], expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(pieces_cache, eager_cache, rtol=1e-5, atol=1e-5)
     written = pieces_cache.flatten(3).abs().sum((0, 1, 3)) > 0       # per block
     assert written.nonzero().flatten().tolist() == [1, 2, 3]              # the prompts' blocks only
+
+
+def test_the_last_layer_at_the_last_tokens_alone_gives_the_full_passs_rows(llm):
+    """What meta.last saves (the last layer's attention, and all after it, at every other
+    token) changes nothing the sampler sees: the full pass's rows at those tokens, and the
+    same cache."""
+    prompts = [[(7 * i + 3 * j) % 3000 + 10 for j in range(n)] for i, n in enumerate((1, 9, 30))]
+    model = llm.model
+    kept_cache, full_cache = torch.zeros_like(llm.kv_cache), torch.zeros_like(llm.kv_cache)
+    dev, meta = prefill_inputs(llm, prompts)
+    kept = model.forward(dev["token_ids"], dev["positions"], meta, kept_cache)
+    dev, meta = prefill_inputs(llm, prompts)
+    full = model.forward(dev["token_ids"], dev["positions"], dataclasses.replace(meta, last=None), full_cache)
+    assert full.shape == (40, model.config.hidden_size) and kept.shape == (3, model.config.hidden_size)
+    torch.testing.assert_close(kept, full[[0, 9, 39]], rtol=1e-5, atol=1e-5)
+    assert torch.equal(kept_cache, full_cache)

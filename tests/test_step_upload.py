@@ -39,6 +39,12 @@ def test_static_upload_fills_leading_corners_and_keeps_the_slot_row_stride():
     assert dev["ids"].data_ptr() == inputs.views["ids"].data_ptr()
 
 
+def test_an_array_a_step_does_not_have_is_left_out():
+    dev = static().upload({"ids": np.arange(2, dtype=np.int64), "lens": None, "table": np.zeros((1, 6), np.int32)})
+    assert set(dev) == {"ids", "table"} and dev["ids"].tolist() == [0, 1]
+    assert set(upload({"ids": np.arange(2, dtype=np.int64), "lens": None}, torch.device("cpu"))) == {"ids"}
+
+
 def test_static_upload_copies_only_through_the_last_row_used():
     inputs = static()
     inputs.buffer.fill_(0xAB)

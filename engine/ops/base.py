@@ -38,6 +38,11 @@ class AttentionMetadata:
     # layer reuses (the cuda backend's decode work list): it cannot be planned on the host
     # when the step is a replayed CUDA graph. Set by the backend; None before.
     device_plan: object = None
+    # A step with prefill: the same sequences' attention at their last new token alone
+    # (query_start_loc [B]: that token's row of q, one query each; max_query_len 1). Only
+    # those rows are sampled, so where this is set the model runs its last layer's
+    # attention, and everything after it, at these rows alone (LlamaModel.forward).
+    last: AttentionMetadata | None = None
 
 
 @dataclass
@@ -86,9 +91,11 @@ class Ops(Protocol):
     # (the engine then captures one per batch bucket, unless enforce_eager).
     supports_graphs: bool
 
-    def plan_step(self, query_lens: np.ndarray, seq_lens: np.ndarray) -> object:
+    def plan_step(self, query_lens: np.ndarray, seq_lens: np.ndarray,
+                  query_starts: np.ndarray | None = None) -> object:
         """What this backend works out on the host once a step, from each sequence's new
-        tokens and context length (AttentionMetadata.plan); None: nothing."""
+        tokens and context length (AttentionMetadata.plan); None: nothing. query_starts:
+        each sequence's first query row in q, where they are not packed (AttentionMetadata.last)."""
 
     def embed(self, token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """[T] ids, [V, H] table -> [T, H]."""

@@ -258,9 +258,10 @@ class CudaOps(Ops):
         # on the stream, and captured graphs hold its address.
         self.work_queue = torch.zeros(3, dtype=torch.int32, device="cuda")
 
-    def plan_step(self, query_lens, seq_lens) -> PrefillTiles | None:
+    def plan_step(self, query_lens, seq_lens, query_starts=None) -> PrefillTiles | None:
         """A step with prefill: its query tiles at each prefill tile height. Nothing else:
-        the kernels read the lengths on the device (and decode plans there, see plan_decode)."""
+        the kernels read the lengths and where the queries start on the device (and decode
+        plans there, see plan_decode)."""
         query_lens = np.asarray(query_lens, np.int64)
         if len(query_lens) == 0 or query_lens.max() <= 1:
             return None

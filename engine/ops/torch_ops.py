@@ -95,9 +95,10 @@ class TorchOps(Ops):
     def __init__(self) -> None:
         self._head32: tuple[torch.Tensor, torch.Tensor] | None = None   # (head, its float32 copy)
 
-    def plan_step(self, query_lens, seq_lens) -> StepPlan:
+    def plan_step(self, query_lens, seq_lens, query_starts=None) -> StepPlan:
         query_lens = [int(n) for n in query_lens]
-        return StepPlan(query_lens, [int(n) for n in seq_lens], [0, *itertools.accumulate(query_lens)],
+        offsets = [0, *itertools.accumulate(query_lens)] if query_starts is None else [int(t) for t in query_starts]
+        return StepPlan(query_lens, [int(n) for n in seq_lens], offsets,
                         [i for i, n in enumerate(query_lens) if n == 1])
 
     def embed(self, token_ids, weight):
@@ -177,7 +178,8 @@ class TorchOps(Ops):
             # they get zero weight (the cache starts zeroed, so none is NaN).
             mask = None if in_place else (torch.arange(nblocks * block_size, device=q.device)[None, :] <
                                           torch.tensor(lens, device=q.device)[:, None])[:, None, None, :]
-            tok = None if all_rows else torch.tensor([plan.offsets[i] for i in rows], device=q.device)
+            packed = all_rows and q.shape[0] == len(rows)     # q holds these rows' queries alone
+            tok = None if packed else torch.tensor([plan.offsets[i] for i in rows], device=q.device)
             plan.decode_gather = (in_place, tables, torch.tensor(lens, dtype=torch.int32, device=q.device), mask, tok)
         in_place, tables, lens, mask, tok = plan.decode_gather
         qd = q if tok is None else q[tok]   # [R, nh, d]
