@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import re
 import socket
 import subprocess
 from pathlib import Path
@@ -40,13 +41,22 @@ def _cpu_model_and_isa() -> tuple[str, str | None]:
     return model, next((f for f in VECTOR_ISAS if f in flags), None)
 
 
+# A GPU model in its name: letters then digits ("H200", "A100", "L40S", "GH200"); a memory
+# type ("HBM3") or a form factor ("SXM4") is not one.
+_GPU_MODEL = re.compile(r"(?!HBM|SXM)[A-Z]+[0-9]+[A-Z]?")
+
+
 def hardware_class(gpu_name: str | None = None) -> str:
-    """This host's hardware class as roadmap rows name it: the GPU model's last word ("H200"), else
-    the CPU class ("cpu-avx512_bf16"). Without `gpu_name`, torch is asked for the GPU."""
+    """This host's hardware class as roadmap rows name it: the GPU's model ("H200" of "NVIDIA
+    H200", "H100" of "NVIDIA H100 80GB HBM3", "A100" of "NVIDIA A100-SXM4-80GB"; else the name's
+    last word), else the CPU class ("cpu-avx512_bf16"). Without `gpu_name`, torch is asked for the GPU."""
     if gpu_name is None:
         import torch
         gpu_name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return gpu_name.split()[-1] if gpu_name else cpu_class()
+    if not gpu_name:
+        return cpu_class()
+    words = re.split(r"[\s-]+", gpu_name.strip())
+    return next((w for w in words if _GPU_MODEL.fullmatch(w)), words[-1])
 
 
 def host_facts() -> dict:

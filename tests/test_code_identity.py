@@ -102,3 +102,12 @@ def test_the_committed_hash_is_the_code_hash_of_a_clean_checkout_and_tells_a_cha
     copy = tmp_path / "copy"
     shutil.copytree(checkout, copy, ignore=shutil.ignore_patterns(".git"))
     assert committed_code_hash(copy) is None                        # no checkout of ours: no commit to name
+
+
+@pytest.mark.parametrize("gpu_name, expected", [
+    ("NVIDIA H200", "H200"), ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA A100-SXM4-80GB", "A100"),
+    ("NVIDIA H100 PCIe", "H100"), ("NVIDIA L40S", "L40S"), ("NVIDIA GeForce RTX 4090", "4090")])
+def test_the_hardware_class_is_the_gpu_model_not_its_memory(gpu_name, expected):
+    # An H100 ran as "HBM3" (its name's last word) on 2026-12-06: a class of its own, beside the H200 rows.
+    from jobs.host_facts import hardware_class
+    assert hardware_class(gpu_name) == expected
