@@ -89,8 +89,7 @@ def static_inputs(config: EngineConfig, device: torch.device) -> StaticInputs:
     width = math.ceil(config.max_model_len / config.block_size)
     shapes = {"token_ids": (tokens,), "source_rows": (tokens,), "positions": (tokens,), "slots": (tokens,),
               "query_start": (rows + 1,), "seq_lens": (rows,), "sample_rows": (rows,), "last_tokens": (rows,),
-              "temperature": (rows,),
-              "top_k": (rows,), "top_p": (rows,), "seeds": (rows,), "counters": (rows,),
+              "temperature": (rows,), "top_k": (rows,), "top_p": (rows,), "seeds": (rows,), "counters": (rows,),
               "block_tables": (rows, width)}    # last: an upload copies only the rows used
     return StaticInputs({name: (STEP_DTYPES[name], shape) for name, shape in shapes.items()}, device)
 
@@ -296,7 +295,8 @@ class ModelRunner:
         sample_rows[:] = step.sampled
         last_tokens = None
         if num_real > n or pad_tokens_to:     # a prefill graph's last piece reads them in any case
-            last_tokens = _step_array(into, "last_tokens", kept_rows(pad_tokens_to, batch.max_num_seqs) if pad_tokens_to else n)
+            rows = kept_rows(pad_tokens_to, batch.max_num_seqs) if pad_tokens_to else n
+            last_tokens = _step_array(into, "last_tokens", rows)
             np.subtract(query_start[1:n + 1], 1, out=last_tokens[:n])
             last_tokens[n:] = 0
         return StepInputs(token_ids, source_rows, positions, cache_slots, query_start, seq_lens, block_tables,
