@@ -27,6 +27,26 @@ def test_each_grid_row_counts_its_longest_key_chain():
     assert rows.tolist() == [15] and total == 4 + 15
 
 
+def test_key_tiles_agree_with_a_loop_over_every_tile():
+    from engine.ops.cuda_ops import _PREFILL_KEYS, _PREFILL_ROWS_PER_M_TILE
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        query_lens = rng.integers(1, 9000, int(rng.integers(1, 30)))
+        seq_lens = query_lens + rng.integers(0, 3000, len(query_lens)) * rng.integers(0, 2, len(query_lens))
+        p = plan(query_lens, seq_lens)
+        for m_tiles in (1, 2, 3):
+            rows = _PREFILL_ROWS_PER_M_TILE * m_tiles
+            most = max(-(-n // rows) for n in query_lens)
+            expected, total = [0] * most, 0
+            for n, length in zip(query_lens.tolist(), seq_lens.tolist()):
+                for t in range(-(-n // rows)):           # tile t from the first, at grid row most - 1 - t
+                    kv = -(-(length - n + min(n, (t + 1) * rows)) // _PREFILL_KEYS)
+                    expected[most - 1 - t] = max(expected[most - 1 - t], kv)
+                    total += kv
+            got, got_total = p.key_tiles(m_tiles)
+            assert got.tolist() == expected and got_total == total
+
+
 @pytest.mark.parametrize("query_lens,seq_lens,m_tiles,split", [
     # One 4,000-token prompt: its 63 tiles read 1 .. 63 K/V tiles, 18,144 at 9 heads, a share
     # of 35 a slot; the longest reads 1.8 shares: two parts, every row split (819 blocks,

@@ -123,26 +123,28 @@ class PrefillTiles:
     by_m_tiles: dict                                     # m-tiles (64-row units): query tiles
     _splits: dict = field(default_factory=dict, compare=False, repr=False)   # split's answers, by its arguments
 
+    HEIGHTS = (*PREFILL_WG_SHAPES, PREFILL_WS_M_TILES)      # in m-tiles
+    _HEIGHT_ROWS = _PREFILL_ROWS_PER_M_TILE * np.array(HEIGHTS)
+
     @classmethod
     def of_step(cls, query_lens: np.ndarray, seq_lens: np.ndarray) -> "PrefillTiles":
-        heights = (*PREFILL_WG_SHAPES, PREFILL_WS_M_TILES)
-        rows = _PREFILL_ROWS_PER_M_TILE * np.array(heights)
-        tiles = (-(-query_lens[:, None] // rows)).sum(0)    # ceil, every height in one pass
-        return cls(query_lens, seq_lens, dict(zip(heights, tiles.tolist())))
+        tiles = (-(-query_lens[:, None] // cls._HEIGHT_ROWS)).sum(0)    # ceil, every height in one pass
+        return cls(query_lens, seq_lens, dict(zip(cls.HEIGHTS, tiles.tolist())))
 
     def key_tiles(self, m_tiles: int) -> tuple[np.ndarray, int]:
         """Per step of the grid's z at this tile height (the z-th tile of every sequence,
         counted from its last), the K/V tiles of BN keys the longest of those query tiles
         reads; and what all the query tiles read together."""
         rows = _PREFILL_ROWS_PER_M_TILE * m_tiles
-        tiles = -(-self.query_lens // rows)
-        seq = np.repeat(np.arange(len(tiles)), tiles)
-        tile = np.arange(seq.size) - np.repeat(np.cumsum(tiles) - tiles, tiles)   # within its sequence
-        n = self.query_lens[seq]
-        kv_tiles = -(-(self.seq_lens[seq] - n + np.minimum(n, (tile + 1) * rows)) // _PREFILL_KEYS)
-        by_row = np.zeros(tiles.max(), np.int64)
-        np.maximum.at(by_row, tiles.max() - 1 - tile, kv_tiles)
-        return by_row, int(kv_tiles.sum())
+        n = self.query_lens[:, None]
+        tiles = -(-n // rows)                                   # [B, 1]
+        ends = np.arange(rows, rows * int(tiles.max()) + 1, rows)   # each tile's last query + 1, if full
+        # [B, most tiles]: tile t of each sequence (from its first) reads its context and its
+        # queries through its last; 0 past a sequence's tiles. On the grid's z axis tile t sits
+        # at (most tiles - 1 - t), so the rows come out reversed.
+        kv_tiles = np.where(ends <= tiles * rows, -(-(self.seq_lens[:, None] - n + np.minimum(n, ends)) // _PREFILL_KEYS),
+                            0)
+        return kv_tiles.max(0)[::-1], int(kv_tiles.sum())
 
     def split(self, nh: int, m_tiles: int, slots: int) -> tuple[int, int]:
         """(parts, rows): the first `rows` tiles of every sequence in the wgmma prefill grid
