@@ -53,7 +53,6 @@ def test_pieces_with_padding_give_the_forward_pass(llm):
     assert dev["token_ids"].shape == (32,) and (dev["slots"][28:] == -1).all()
     # The batch's 4 rows are kept: the 2 sequences' last tokens, then token 0.
     assert dev["last_tokens"].tolist() == [6, 27, 0, 0]
-    meta.last.query_start_loc = dev["last_tokens"]      # as the graph holds them (attention reads 2)
     attn = torch.full((32, model.shape.num_heads, model.shape.head_dim), float("nan"))
     hidden = run_pieces(model, dev, meta, pieces_cache, attn)
     # The last layer's attention wrote only the kept tokens' rows; earlier layers' wrote every

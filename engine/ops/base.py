@@ -39,9 +39,10 @@ class AttentionMetadata:
     # when the step is a replayed CUDA graph. Set by the backend; None before.
     device_plan: object = None
     # A step with prefill: the same sequences' attention at their last new token alone
-    # (query_start_loc [B]: that token's row of q, one query each; max_query_len 1). Only
+    # (query_start_loc [>= B]: that token's row of q, one query each; max_query_len 1). Only
     # those rows are sampled, so where this is set the model runs its last layer's
-    # attention, and everything after it, at these rows alone (LlamaModel.forward).
+    # attention, and everything after it, at these rows alone (LlamaModel.forward): all of
+    # query_start_loc's rows (a prefill graph pads them), of which attention reads the first B.
     last: AttentionMetadata | None = None
 
 
