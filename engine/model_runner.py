@@ -295,8 +295,8 @@ class ModelRunner:
         sample_rows[:] = step.sampled
         last_tokens = None
         if num_real > n or pad_tokens_to:     # a prefill graph's last piece reads them in any case
-            rows = kept_rows(pad_tokens_to, batch.max_num_seqs) if pad_tokens_to else n
-            last_tokens = _step_array(into, "last_tokens", rows)
+            kept = kept_rows(pad_tokens_to, batch.max_num_seqs) if pad_tokens_to else n
+            last_tokens = _step_array(into, "last_tokens", kept)
             np.subtract(query_start[1:n + 1], 1, out=last_tokens[:n])
             last_tokens[n:] = 0
         return StepInputs(token_ids, source_rows, positions, cache_slots, query_start, seq_lens, block_tables,

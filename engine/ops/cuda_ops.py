@@ -142,8 +142,8 @@ class PrefillTiles:
         # [B, most tiles]: tile t of each sequence (from its first) reads its context and its
         # queries through its last; 0 past a sequence's tiles. On the grid's z axis tile t sits
         # at (most tiles - 1 - t), so the rows come out reversed.
-        kv_tiles = np.where(ends <= tiles * rows, -(-(self.seq_lens[:, None] - n + np.minimum(n, ends)) // _PREFILL_KEYS),
-                            0)
+        reads = -(-(self.seq_lens[:, None] - n + np.minimum(n, ends)) // _PREFILL_KEYS)
+        kv_tiles = np.where(ends <= tiles * rows, reads, 0)
         return kv_tiles.max(0)[::-1], int(kv_tiles.sum())
 
     def split(self, nh: int, m_tiles: int, slots: int) -> tuple[int, int]:
