@@ -240,7 +240,8 @@ class ModelRunner:
         # The graphs read the token ids where _token_ids leaves them; forward takes them.
         token_ids = self._token_ids(inputs, dev, previous)
         if prefill_bucket is not None:
-            hidden = self.prefill_graphs.run(prefill_bucket, lambda: self._metadata(inputs, dev))
+            hidden = self.prefill_graphs.run(prefill_bucket, len(inputs.seq_lens),
+                                             lambda: self._metadata(inputs, dev))
         else:
             hidden = self.model.forward(token_ids, dev["positions"], self._metadata(inputs, dev), self.kv_cache)
         return self.model.logits(hidden[dev["sample_rows"]])

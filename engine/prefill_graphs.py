@@ -11,8 +11,18 @@ queries); its sequences and their lengths are free. The last layer's attention, 
 everything after it, runs at each sequence's last token alone (AttentionMetadata.last):
 the last piece takes a fixed number of rows (kept_rows), the step's first.
 
-Memory: the pieces of all buckets share one pool, captured largest first, and
-attention writes into one buffer for all of them. Of a piece's outputs only its
+A step of one sequence (one long prompt, or a chunk of one) replays the whole forward
+pass as one graph instead, attention captured in it: the host launches nothing between
+the step's upload and its logits, where the pieces left the GPU idle until the host had
+planned and launched the first layer's attention (~0.3 ms of a 4,000-token prompt's
+time to first token on the H100, docs/performance.md, session 33). Its attention is
+captured at the bucket's length: the prefill kernel's grid holds the bucket's query
+tiles, and a shorter prompt's blocks past its own tiles exit at once (the kernel reads
+the lengths on the device); the tile height and the split of its longest tiles are the
+bucket's (CudaOps.prefill_m_tiles, PrefillTiles.split).
+
+Memory: the pieces and whole graphs of all buckets share one pool, captured largest
+first, and the pieces' attention writes into one buffer for all of them. Of a piece's outputs only its
 queries are kept (attention reads them); the rest go back to the pool once the next
 piece is captured, for later pieces to reuse: safe, because a step replays one
 bucket's pieces in the order they were captured. What stays held is `held_bytes`.
@@ -21,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from engine.config import EngineConfig
@@ -53,7 +64,7 @@ class PrefillGraphs:
     def __init__(self, config: EngineConfig, model: LlamaModel, kv_cache: torch.Tensor, inputs: StaticInputs):
         self.model, self.kv_cache, self.inputs = model, kv_cache, inputs.views
         self.programmatic = config.programmatic_launch
-        self.max_num_seqs = config.max_num_seqs
+        self.max_num_seqs, self.max_model_len = config.max_num_seqs, config.max_model_len
         self.buckets = token_buckets(config.max_num_batched_tokens)
         self.side_stream = model.ops.new_stream()
         self.inputs["slots"].fill_(-1)            # the warm-up runs write nothing to the cache
@@ -65,19 +76,27 @@ class PrefillGraphs:
         # Per bucket: each piece's graph and the queries it leaves for attention or, the
         # last one, the step's hidden states.
         self._pieces: dict[int, list[tuple[torch.cuda.CUDAGraph, torch.Tensor]]] = {}
+        # Per bucket, one sequence's whole step: its graph and the hidden state of its last token.
+        self._whole: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         for bucket in reversed(self.buckets):
             self._pieces[bucket] = self._capture(bucket, pool)
+            self._whole[bucket] = self._capture_whole(bucket, pool)
 
     def bucket_for(self, num_tokens: int) -> int | None:
         """The smallest bucket that holds the step's tokens; None if none does."""
         return next((b for b in self.buckets if b >= num_tokens), None)
 
-    def run(self, bucket: int, metadata: Callable[[], AttentionMetadata]) -> torch.Tensor:
-        """The step uploaded into the static inputs (token arrays padded to `bucket`): final
-        hidden states [kept_rows, H], a row a sequence, the padding rows garbage. `metadata`
+    def run(self, bucket: int, sequences: int, metadata: Callable[[], AttentionMetadata]) -> torch.Tensor:
+        """The step of `sequences` sequences uploaded into the static inputs (token arrays padded
+        to `bucket`): final hidden states [kept_rows, H], a row a sequence, the padding rows
+        garbage. One sequence replays its whole graph, which needs no metadata. Else `metadata`
         makes the step's attention metadata; it is called once the first piece is launched,
         which needs none, so that the host plans attention while the GPU embeds (the GPU waits
         on the host until the first attention is launched)."""
+        if sequences == 1:
+            graph, hidden = self._whole[bucket]
+            graph.replay()
+            return hidden
         model, v = self.model, self.inputs
         pieces, attn = self._pieces[bucket], self.attn[:bucket]
         pieces[0][0].replay()
@@ -108,3 +127,24 @@ class PrefillGraphs:
                                    pool, self.side_stream, self.programmatic)
             pieces.append((graph, carry.q if isinstance(carry, Carry) else carry))
         return pieces
+
+    def _capture_whole(self, bucket: int, pool) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        """One sequence's step at up to `bucket` new tokens as one graph, attention planned for
+        `bucket` tokens of a `bucket`-token context (the decode kernel of the last layer for
+        any context up to max_model_len, as the decode graphs'). The warm-up run reads a
+        `bucket`-token prompt whose keys are all block 0 and writes nothing (no cache slots)."""
+        model, v = self.model, self.inputs
+        v["query_start"][:2].copy_(torch.tensor([0, bucket], dtype=torch.int32))
+        v["seq_lens"][:1].fill_(bucket)
+        v["block_tables"][:1].zero_()
+        plan = model.ops.plan_step(np.array([bucket]), np.array([bucket]))
+
+        def forward() -> torch.Tensor:
+            meta = AttentionMetadata(query_start_loc=v["query_start"][:2], seq_lens=v["seq_lens"][:1],
+                                     block_tables=v["block_tables"][:1], slot_mapping=v["slots"][:bucket],
+                                     max_query_len=bucket, max_seq_len=self.max_model_len, plan=plan)
+            meta.last = AttentionMetadata(query_start_loc=v["last_tokens"][:1], seq_lens=meta.seq_lens,
+                                          block_tables=meta.block_tables, slot_mapping=meta.slot_mapping,
+                                          max_query_len=1, max_seq_len=self.max_model_len)
+            return model.forward(v["token_ids"][:bucket], v["positions"][:bucket], meta, self.kv_cache)
+        return capture(forward, pool, self.side_stream, self.programmatic)

@@ -243,14 +243,16 @@ class CudaOps(Ops):
         self._gemm_blocks = {tile: self._k["gemm", "bf16", tile].blocks_per_sm(128, _gemm_smem(tile))
                              for tile in self.gemm_tiles}
         # Blocks of the wgmma prefill kernel the GPU runs at once, at each tile height (see
-        # prefill_split), and the split tiles' partial states (one buffer: launches are ordered).
+        # prefill_split), and the split tiles' partial states: one buffer for all launches (they
+        # are ordered); a larger split gets a new one, and old ones stay alive because captured
+        # CUDA graphs (engine.prefill_graphs' whole steps) hold their addresses.
         self._prefill_slots = {mt: self.num_sms * self._k["prefill_wg", "bf16", 64, mt, True].blocks_per_sm(
             128 * mt, _prefill_wg_smem(mt, 64)) for mt in PREFILL_WG_SHAPES} if self.prefill_wgmma else {}
         if self.prefill_ws:
             mt = PREFILL_WS_M_TILES
             self._prefill_slots[mt] = self.num_sms * self._k["prefill_ws", "bf16", True].blocks_per_sm(
                 128 * (mt + 1), _prefill_ws_smem(mt))
-        self._prefill_partials = torch.empty(0, dtype=torch.float32, device="cuda")
+        self._prefill_partials: list[torch.Tensor] = []
         # Decode attention's per-(sequence, KV head) split counters. Kernels leave them
         # zero; a larger batch gets a new buffer, and old ones stay alive because
         # captured CUDA graphs hold their addresses.
@@ -517,9 +519,9 @@ class CudaOps(Ops):
                                           shared=2 * 2 * _PREFILL_KEYS * (d + _PREFILL_PAD) * 2)  # K, V; 2 stages
 
     def _partials(self, n: int) -> torch.Tensor:
-        if self._prefill_partials.numel() < n:
-            self._prefill_partials = torch.empty(n, dtype=torch.float32, device="cuda")
-        return self._prefill_partials
+        if not self._prefill_partials or self._prefill_partials[-1].numel() < n:
+            self._prefill_partials.append(torch.empty(n, dtype=torch.float32, device="cuda"))
+        return self._prefill_partials[-1]
 
     def plan_decode(self, meta, dt: str, nh: int, nkv: int, d: int) -> DecodeWorkList:
         """Launch plan_decode for the step of `meta`; its work list. The buffers are sized
