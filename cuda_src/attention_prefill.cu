@@ -717,8 +717,9 @@ FOR_EACH_DTYPE(PREFILL_ALL)
     PREFILL_WGMMA_ENTRY(T, N, wg_, WG, 128 * WG, 4 / WG, (attn_prefill_wgmma<T, WG, false>))                   \
     PREFILL_WGMMA_ENTRY(T, N, wg_split_, WG, 128 * WG, 4 / WG, (attn_prefill_wgmma<T, WG, true>))
 PREFILL_WG(bf16, bf16, 1) PREFILL_WG(bf16, bf16, 2) PREFILL_WG(f16, f16, 1) PREFILL_WG(f16, f16, 2)
-// attn_prefill_ws: one block an SM, a loading warpgroup and CW computing ones.
-#define PREFILL_WS(T, N, CW)                                                                                   \
-    PREFILL_WGMMA_ENTRY(T, N, ws_, CW, 128 * (CW + 1), 1, (attn_prefill_ws<T, CW, false>))                     \
-    PREFILL_WGMMA_ENTRY(T, N, ws_split_, CW, 128 * (CW + 1), 1, (attn_prefill_ws<T, CW, true>))
-PREFILL_WS(bf16, bf16, 3) PREFILL_WS(f16, f16, 3)
+// attn_prefill_ws: a loading warpgroup and CW computing ones, BLOCKS an SM (128 registers a
+// thread at most either way): one block of 192 rows (tall tiles), two of 64 (short queries).
+#define PREFILL_WS(T, N, CW, BLOCKS)                                                                           \
+    PREFILL_WGMMA_ENTRY(T, N, ws_, CW, 128 * (CW + 1), BLOCKS, (attn_prefill_ws<T, CW, false>))                \
+    PREFILL_WGMMA_ENTRY(T, N, ws_split_, CW, 128 * (CW + 1), BLOCKS, (attn_prefill_ws<T, CW, true>))
+PREFILL_WS(bf16, bf16, 3, 1) PREFILL_WS(f16, f16, 3, 1) PREFILL_WS(bf16, bf16, 1, 2) PREFILL_WS(f16, f16, 1, 2)

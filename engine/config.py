@@ -21,6 +21,7 @@ ENV_OVERRIDES = {"decode_slack": ("ROADGATE_DECODE_SLACK", float),
                  "prefill_m_tiles": ("ROADGATE_PREFILL_M_TILES", int),
                  "prefill_wgmma": ("ROADGATE_PREFILL_WGMMA", lambda v: v not in ("", "0")),
                  "prefill_ws": ("ROADGATE_PREFILL_WS", lambda v: v not in ("", "0")),
+                 "prefill_ws_short": ("ROADGATE_PREFILL_WS_SHORT", lambda v: v not in ("", "0")),
                  "decode_few_rows": ("ROADGATE_DECODE_FEW_ROWS", int),
                  "decode_few_chunk": ("ROADGATE_DECODE_FEW_CHUNK", int),
                  "gemv_max_rows": ("ROADGATE_GEMV_MAX_ROWS", int),
@@ -70,6 +71,9 @@ class EngineConfig:
     # computing ones, mbarriers between them (attn_prefill_ws); off: 128 rows in the kernel whose
     # warpgroups all load and compute (A/B runs).
     prefill_ws: bool = True
+    # Short queries' 64-row tiles in the warp-specialized kernel too where its blocks fit in one
+    # wave (CudaOps.prefill_short_ws: a lone prompt); off: attn_prefill_wgmma's always (A/B runs).
+    prefill_ws_short: bool = True
     # The gemv kernels take up to 8 rows but beat norm/activation + cuBLAS only up to
     # about 2 (benchmarks/kernel_bench.py: 1 row 12.6 vs 21.3 µs a layer, 4 rows 24.4 vs 21.9).
     gemv_max_rows: int = 2

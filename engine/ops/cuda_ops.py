@@ -18,7 +18,7 @@ from engine.config import EngineConfig
 from engine.ops import cuda_build
 from engine.ops.base import Ops, SamplingTensors
 from engine.ops.kernel_table import (DECODE_GROUPS, GEMM_TILES, KERNELS, PREFILL_SHAPES, PREFILL_WG_SHAPES,
-                                     PREFILL_WS_M_TILES, GemmTile, constant)
+                                     PREFILL_WS_M_TILES, PREFILL_WS_SHAPES, GemmTile, constant)
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 _ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
@@ -248,10 +248,12 @@ class CudaOps(Ops):
         # CUDA graphs (engine.prefill_graphs' whole steps) hold their addresses.
         self._prefill_slots = {mt: self.num_sms * self._k["prefill_wg", "bf16", 64, mt, True].blocks_per_sm(
             128 * mt, _prefill_wg_smem(mt, 64)) for mt in PREFILL_WG_SHAPES} if self.prefill_wgmma else {}
+        ws_slots = {mt: self.num_sms * self._k["prefill_ws", "bf16", mt, True].blocks_per_sm(
+            128 * (mt + 1), _prefill_ws_smem(mt)) for mt in PREFILL_WS_SHAPES} if self.prefill_ws else {}
         if self.prefill_ws:
-            mt = PREFILL_WS_M_TILES
-            self._prefill_slots[mt] = self.num_sms * self._k["prefill_ws", "bf16", True].blocks_per_sm(
-                128 * (mt + 1), _prefill_ws_smem(mt))
+            self._prefill_slots[PREFILL_WS_M_TILES] = ws_slots[PREFILL_WS_M_TILES]
+        # The warp-specialized kernel's 64-row slots, where it may take short queries' tiles (prefill_short_ws).
+        self._short_ws_slots = ws_slots.get(1, 0) if config.prefill_ws_short else 0
         self._prefill_partials: list[torch.Tensor] = []
         # Decode attention's per-(sequence, KV head) split counters. Kernels leave them
         # zero; a larger batch gets a new buffer, and old ones stay alive because
@@ -486,13 +488,40 @@ class CudaOps(Ops):
         slots = self._prefill_slots[mt] if wgmma else 2 * self.num_sms * _PREFILL_BLOCKS_PER_SM
         return mt if nh * tiles >= slots else 1
 
+    def prefill_short_ws(self, meta, nh: int) -> bool:
+        """Whether the step's 64-row tiles go to the warp-specialized kernel (a loading warpgroup
+        and a computing one, two blocks an SM), not to attn_prefill_wgmma (four blocks an SM of
+        one warpgroup that loads and computes): where all its blocks, split as planned for its
+        slots, run in one wave, as a lone prompt's of up to ~1,000 tokens at 9 heads on 132 SMs.
+        There each block's load latency sets the time, and the loading warpgroup hides it; past
+        one wave, four computing warpgroups an SM do more. Attention µs a layer on the H100
+        (session 33, docs/performance.md): 1 x 1,000 (216 blocks) 15.9 against 20.4-21.8; but
+        1 x 1,500 (648 blocks, 2.5 waves) 27.2 against 24.8, and 64 x 1,000 66.5 against 58.3.
+        Forced 64-row tiles (prefill_m_tiles = 1: tests, sweeps) take it always."""
+        if not self._short_ws_slots:
+            return False
+        if self.forced_m_tiles:
+            return True
+        plan = meta.plan
+        if not isinstance(plan, PrefillTiles):
+            return False
+        parts, rows = plan.split(nh, 1, self._short_ws_slots)
+        return nh * (plan.by_m_tiles[1] + rows * (parts - 1)) <= self._short_ws_slots
+
+    def _prefill_kernel(self, meta, nh: int, m_tiles: int) -> tuple[bool, int]:
+        """Whether the wgmma prefill at this tile height runs in the warp-specialized kernel,
+        and how many of its blocks the GPU runs at once."""
+        if m_tiles == 1 and self.prefill_short_ws(meta, nh):
+            return True, self._short_ws_slots
+        return m_tiles == PREFILL_WS_M_TILES, self._prefill_slots[m_tiles]
+
     def prefill_split(self, meta, nh: int, m_tiles: int) -> tuple[int, int]:
         """How the wgmma prefill kernel splits the step's tiles (PrefillTiles.split) on this
         GPU; (1, 0) where nothing is planned."""
         plan = meta.plan
         if not isinstance(plan, PrefillTiles) or not self.prefill_wgmma:
             return 1, 0
-        return plan.split(nh, m_tiles, self._prefill_slots[m_tiles])
+        return plan.split(nh, m_tiles, self._prefill_kernel(meta, nh, m_tiles)[1])
 
     def _prefill(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs):
         # The wgmma kernel copies q's rows into shared memory 16 bytes at a time: they must be aligned so.
@@ -508,9 +537,9 @@ class CudaOps(Ops):
                 partials = self._partials(_split_state_floats(B, rows, nh, parts, mt, d))
                 counters = self._counters(B * rows * nh, q.device)
             grid = (nh, B, tiles + rows * (parts - 1))
-            if mt == PREFILL_WS_M_TILES:     # a loading warpgroup and mt computing ones
-                self._k["prefill_ws", dt, parts > 1](grid, 128 * (mt + 1), *args, rows, parts, partials, counters,
-                                                     shared=_prefill_ws_smem(mt))
+            if self._prefill_kernel(meta, nh, mt)[0]:     # a loading warpgroup and mt computing ones
+                self._k["prefill_ws", dt, mt, parts > 1](grid, 128 * (mt + 1), *args, rows, parts, partials,
+                                                         counters, shared=_prefill_ws_smem(mt))
             else:
                 self._k["prefill_wg", dt, d, mt, parts > 1](grid, 128 * mt, *args, rows, parts, partials, counters,
                                                             shared=_prefill_wg_smem(mt, d))

@@ -520,14 +520,17 @@ def test_prefill_attention(ops, dtype, nh, nkv, d, query_lens, seq_lens):
     check_attention(ops, query_lens, seq_lens, nh, nkv, d, dtype)
 
 
-@pytest.fixture(scope="module", params=[(1, False), (2, False), (1, True), (2, True), (3, True)],
-                ids=["mma-64", "mma-128", "wgmma-64", "wgmma-128", "wgmma-ws-192"])
+@pytest.fixture(scope="module", params=[(1, False, False), (2, False, False), (1, True, False), (2, True, False),
+                                        (3, True, False), (1, True, True)],
+                ids=["mma-64", "mma-128", "wgmma-64", "wgmma-128", "wgmma-ws-192", "wgmma-ws-64"])
 def ops_prefill_shape(request, ops):
     from engine.ops.cuda_ops import CudaOps
-    m_tiles, wgmma = request.param
+    m_tiles, wgmma, ws_short = request.param
     if wgmma and not ops.prefill_wgmma:
         pytest.skip("the wgmma prefill kernel needs an sm_90a GPU (H100/H200)")
-    return CudaOps(EngineConfig.from_env(model="", backend="cuda", prefill_m_tiles=m_tiles, prefill_wgmma=wgmma))
+    # Forced 64-row tiles take the warp-specialized kernel wherever prefill_ws_short is on.
+    return CudaOps(EngineConfig.from_env(model="", backend="cuda", prefill_m_tiles=m_tiles, prefill_wgmma=wgmma,
+                                         prefill_ws_short=ws_short))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -593,14 +596,36 @@ def test_prefill_split_plans_for_the_blocks_this_gpu_runs_at_once(ops):
         assert ops.prefill_split(meta, 9, m_tiles) is split     # kept for the step's other layers
 
 
-@pytest.fixture(scope="module", params=[True, False], ids=["ws-192", "wg-128"])
+def test_short_tiles_take_the_warp_specialized_kernel_within_one_wave(ops):
+    """A step whose 64-row blocks, split as planned for the warp-specialized kernel's two an
+    SM, all run in one wave goes to that kernel, with that split; past one wave, to
+    attn_prefill_wgmma's four an SM and its split: a lone 1,500-token prompt (split into
+    2.5 waves) or a step of many prompts."""
+    if not ops.prefill_wgmma:
+        pytest.skip("the warpgroup prefill kernels need an sm_90a GPU")
+    assert ops._short_ws_slots == 2 * ops.num_sms
+    for query_lens in ([600], [1000], [1500], [2000], [1000] * 8, [100, 200]):
+        meta = AttentionMetadata(query_start_loc=None, seq_lens=None, block_tables=None, slot_mapping=None,
+                                 max_query_len=max(query_lens), max_seq_len=max(query_lens),
+                                 plan=ops.plan_step(query_lens, query_lens))
+        parts, rows = meta.plan.split(9, 1, 2 * ops.num_sms)
+        one_wave = 9 * (meta.plan.by_m_tiles[1] + rows * (parts - 1)) <= 2 * ops.num_sms
+        assert ops.prefill_short_ws(meta, 9) == one_wave
+        assert ops.prefill_split(meta, 9, 1) == meta.plan.split(9, 1, (2 if one_wave else 4) * ops.num_sms)
+        if ops.num_sms == 132:     # the H100's and H200's: the cases measured
+            assert one_wave == (query_lens in ([600], [1000], [100, 200]))
+
+
+@pytest.fixture(scope="module", params=[dict(), dict(prefill_ws=False), dict(prefill_ws_short=False)],
+                ids=["ws-192-and-64", "wg-128-and-64", "ws-192-wg-64"])
 def ops_tall(request, ops):
     """The engine's ops with the tall tiles of either wgmma kernel: the warp-specialized one
-    (the default) or the 128-row one."""
+    (the default) or the 128-row one; and a lone prompt's 64-row tiles in either (the
+    warp-specialized kernel by default)."""
     if not ops.prefill_wgmma:
         pytest.skip("keys are split by the wgmma prefill kernels, which need an sm_90a GPU")
     from engine.ops.cuda_ops import CudaOps
-    return CudaOps(EngineConfig.from_env(model="", backend="cuda", prefill_ws=request.param))
+    return CudaOps(EngineConfig.from_env(model="", backend="cuda", **request.param))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
