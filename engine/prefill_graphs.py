@@ -18,14 +18,16 @@ planned and launched the first layer's attention (~0.3 ms of a 4,000-token promp
 time to first token on the H100, docs/performance.md, session 33). Its attention is
 captured at the bucket's length: the prefill kernel's grid holds the bucket's query
 tiles, and a shorter prompt's blocks past its own tiles exit at once (the kernel reads
-the lengths on the device); the tile height and the split of its longest tiles are the
-bucket's (CudaOps.prefill_m_tiles, PrefillTiles.split).
+the lengths on the device); the tile height, the kernel and the split of its longest tiles
+are the bucket's (CudaOps.prefill_m_tiles, prefill_short_ws, PrefillTiles.split).
 
 Memory: the pieces and whole graphs of all buckets share one pool, captured largest
-first, and the pieces' attention writes into one buffer for all of them. Of a piece's outputs only its
-queries are kept (attention reads them); the rest go back to the pool once the next
-piece is captured, for later pieces to reuse: safe, because a step replays one
-bucket's pieces in the order they were captured. What stays held is `held_bytes`.
+first, and the pieces' attention writes into one buffer for all of them. Of a piece's
+outputs only its queries are kept (attention reads them); the rest go back to the pool
+once the next piece is captured, for later pieces to reuse: safe, because a step
+replays one bucket's pieces in the order they were captured. A whole graph keeps only
+its output; its scratch may lie on other graphs' kept queries, which every step that
+reads them writes first. What stays held is `held_bytes`.
 """
 from __future__ import annotations
 
