@@ -80,3 +80,18 @@ def test_more_heads_fill_the_gpu_without_a_split():
     # The same prompt at 32 heads (the Llama-3.2-1B shape) makes 32 / 9 times the blocks.
     assert plan([2000], [2000]).split(9, 1, H200_SLOTS[1]) == (4, 32)
     assert plan([2000], [2000]).split(32, 1, H200_SLOTS[1]) == (1, 0)
+
+
+def test_a_lone_short_prompt_is_the_one_whose_split_blocks_fit_one_wave_of_the_64_row_ws_kernel():
+    # CudaOps.prefill_short_ws: the warp-specialized kernel's 64-row tiles, 2 blocks an SM on
+    # 132 SMs (264 slots), where all the blocks of its split run at once. 1 x 1,000: 16 tiles,
+    # 8 of them split in 2, x 9 heads = 216 blocks; 1 x 1,500: 24 tiles in 3 parts = 648.
+    ws_slots = 264
+    assert plan([1000], [1000]).blocks(9, 1, ws_slots) == 9 * (16 + 8) == 216
+    assert plan([1500], [1500]).blocks(9, 1, ws_slots) == 9 * (24 + 2 * 24) == 648
+    fits = {tuple(q): plan(q, q).blocks(9, 1, ws_slots) <= ws_slots
+            for q in ([600], [1000], [100, 200], [1025], [1500], [2000], [1000] * 8)}
+    assert fits == {(600,): True, (1000,): True, (100, 200): True, (1025,): False, (1500,): False,
+                    (2000,): False, (1000,) * 8: False}
+    assert plan([4000], [4000]).blocks(9, 3, H200_SLOTS[3]) == 9 * 21     # unsplit: its tiles
+

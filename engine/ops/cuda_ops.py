@@ -166,6 +166,11 @@ class PrefillTiles:
             self._splits[nh, m_tiles, slots] = self._split(nh, m_tiles, slots)
         return self._splits[nh, m_tiles, slots]
 
+    def blocks(self, nh: int, m_tiles: int, slots: int) -> int:
+        """The prefill grid's blocks at this tile height, split as `split` plans for `slots`."""
+        parts, rows = self.split(nh, m_tiles, slots)
+        return nh * (self.by_m_tiles[m_tiles] + rows * (parts - 1))
+
     def _split(self, nh: int, m_tiles: int, slots: int) -> tuple[int, int]:
         key_tiles, total = self.key_tiles(m_tiles)
         share = max(_PREFILL_MIN_PART_TILES, math.ceil(nh * total / slots))
@@ -503,10 +508,7 @@ class CudaOps(Ops):
         if self.forced_m_tiles:
             return True
         plan = meta.plan
-        if not isinstance(plan, PrefillTiles):
-            return False
-        parts, rows = plan.split(nh, 1, self._short_ws_slots)
-        return nh * (plan.by_m_tiles[1] + rows * (parts - 1)) <= self._short_ws_slots
+        return isinstance(plan, PrefillTiles) and plan.blocks(nh, 1, self._short_ws_slots) <= self._short_ws_slots
 
     def _prefill_kernel(self, meta, nh: int, m_tiles: int) -> tuple[bool, int]:
         """Whether the wgmma prefill at this tile height runs in the warp-specialized kernel,

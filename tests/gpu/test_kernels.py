@@ -608,8 +608,7 @@ def test_short_tiles_take_the_warp_specialized_kernel_within_one_wave(ops):
         meta = AttentionMetadata(query_start_loc=None, seq_lens=None, block_tables=None, slot_mapping=None,
                                  max_query_len=max(query_lens), max_seq_len=max(query_lens),
                                  plan=ops.plan_step(query_lens, query_lens))
-        parts, rows = meta.plan.split(9, 1, 2 * ops.num_sms)
-        one_wave = 9 * (meta.plan.by_m_tiles[1] + rows * (parts - 1)) <= 2 * ops.num_sms
+        one_wave = meta.plan.blocks(9, 1, 2 * ops.num_sms) <= 2 * ops.num_sms
         assert ops.prefill_short_ws(meta, 9) == one_wave
         assert ops.prefill_split(meta, 9, 1) == meta.plan.split(9, 1, (2 if one_wave else 4) * ops.num_sms)
         if ops.num_sms == 132:     # the H100's and H200's: the cases measured
