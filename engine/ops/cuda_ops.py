@@ -186,6 +186,14 @@ class PrefillTiles:
         return parts, rows
 
 
+def _kept_buffer(buffers: list[torch.Tensor], n: int, make) -> torch.Tensor:
+    """The newest of `buffers` if it holds n elements, else a new one from make(), appended:
+    older ones stay alive, as captured CUDA graphs hold their addresses."""
+    if not buffers or buffers[-1].numel() < n:
+        buffers.append(make())
+    return buffers[-1]
+
+
 def _split_state_floats(sequences: int, rows: int, nh: int, parts: int, m_tiles: int, d: int = 64) -> int:
     """The split prefill kernel's workspace: o, m and l (d/2 + 4 floats) a thread of every
     part of every (sequence, split row, head) block (cuda_src/attention_prefill.cu)."""
@@ -520,10 +528,14 @@ class CudaOps(Ops):
     def prefill_split(self, meta, nh: int, m_tiles: int) -> tuple[int, int]:
         """How the wgmma prefill kernel splits the step's tiles (PrefillTiles.split) on this
         GPU; (1, 0) where nothing is planned."""
+        return self._split_for(meta, nh, m_tiles, self._prefill_kernel(meta, nh, m_tiles)[1])
+
+    def _split_for(self, meta, nh: int, m_tiles: int, slots: int) -> tuple[int, int]:
+        """prefill_split for the kernel that runs `slots` blocks at once."""
         plan = meta.plan
         if not isinstance(plan, PrefillTiles) or not self.prefill_wgmma:
             return 1, 0
-        return plan.split(nh, m_tiles, self._prefill_kernel(meta, nh, m_tiles)[1])
+        return plan.split(nh, m_tiles, slots)
 
     def _prefill(self, q, k_cache, v_cache, meta, scale, out, dt, B, nh, nkv, d, bs):
         # The wgmma kernel copies q's rows into shared memory 16 bytes at a time: they must be aligned so.
@@ -533,13 +545,14 @@ class CudaOps(Ops):
         args = (q, q.stride(0), k_cache, v_cache, meta.block_tables, meta.block_tables.shape[1], meta.seq_lens,
                 meta.query_start_loc, out, nh, nkv, bs, float(scale * math.log2(math.e)))
         if wgmma:
-            parts, rows = self.prefill_split(meta, nh, mt)
+            ws, slots = self._prefill_kernel(meta, nh, mt)
+            parts, rows = self._split_for(meta, nh, mt, slots)
             partials = counters = None
             if parts > 1:
                 partials = self._partials(_split_state_floats(B, rows, nh, parts, mt, d))
                 counters = self._counters(B * rows * nh, q.device)
             grid = (nh, B, tiles + rows * (parts - 1))
-            if self._prefill_kernel(meta, nh, mt)[0]:     # a loading warpgroup and mt computing ones
+            if ws:     # a loading warpgroup and mt computing ones
                 self._k["prefill_ws", dt, mt, parts > 1](grid, 128 * (mt + 1), *args, rows, parts, partials,
                                                          counters, shared=_prefill_ws_smem(mt))
             else:
@@ -550,9 +563,7 @@ class CudaOps(Ops):
                                           shared=2 * 2 * _PREFILL_KEYS * (d + _PREFILL_PAD) * 2)  # K, V; 2 stages
 
     def _partials(self, n: int) -> torch.Tensor:
-        if not self._prefill_partials or self._prefill_partials[-1].numel() < n:
-            self._prefill_partials.append(torch.empty(n, dtype=torch.float32, device="cuda"))
-        return self._prefill_partials[-1]
+        return _kept_buffer(self._prefill_partials, n, lambda: torch.empty(n, dtype=torch.float32, device="cuda"))
 
     def plan_decode(self, meta, dt: str, nh: int, nkv: int, d: int) -> DecodeWorkList:
         """Launch plan_decode for the step of `meta`; its work list. The buffers are sized
@@ -630,9 +641,8 @@ class CudaOps(Ops):
                 B if B <= _KV_PREFETCH_MAX_ROWS else 0, shared=G * plan.max_chunk * 4)
 
     def _counters(self, n: int, device) -> torch.Tensor:
-        if not self._split_counters or self._split_counters[-1].numel() < n:
-            self._split_counters.append(torch.zeros(max(n, 4096), dtype=torch.int32, device=device))
-        return self._split_counters[-1]
+        return _kept_buffer(self._split_counters, n,
+                            lambda: torch.zeros(max(n, 4096), dtype=torch.int32, device=device))
 
     def silu_and_mul(self, x):
         x = x.contiguous()
