@@ -575,10 +575,12 @@ __device__ void attn_decode(const T* q, int64_t q_stride, T* k_cache, T* v_cache
 // the shared memory for them). The host gives enough splits for the longest row it may see; the splits
 // past a row's end exit at once. Before pdl_start, a block copies
 // its chunk's cached K and V rows into shared memory: the lengths and block tables are the
-// step's uploaded inputs, and those rows were written by earlier steps. Only the new token's
-// row is the kernel before's (or this kernel's, with RoPE fused), so after the wait a block
-// reads q (and that row), computes and combines: the loads that make a work-list item a chain
-// of round trips (the queue, the item, its plan, the block table, K, V) are all behind it.
+// step's uploaded inputs, and in a decode step those rows were written by earlier steps. Only
+// the new token's row is the kernel before's (or this kernel's, with RoPE fused), so after the
+// wait a block reads q (and that row), computes and combines: the loads that make a work-list
+// item a chain of round trips (the queue, the item, its plan, the block table, K, V) are all
+// behind it. A prefill step's last tokens (early_copy = 0) attend to rows the step's own
+// kernels before this one wrote: there every row is copied after the wait.
 // Launch: grid (splits, nkv, B), block 128, dynamic smem chunk x (2 D sizeof(T) + 4 G)
 // bytes; split_counters as attn_decode's; part_o / part_ml hold B * splits workspace rows.
 template <typename T, int D, int G>
@@ -588,7 +590,7 @@ __device__ void attn_decode_few(const T* __restrict__ q, int64_t q_stride, T* k_
                                 T* __restrict__ out, float* __restrict__ part_o, float2* __restrict__ part_ml,
                                 int* __restrict__ split_counters, int nh, int nkv, int bs, float scale,
                                 const int64_t* __restrict__ positions, const float* __restrict__ cos_sin,
-                                const int64_t* __restrict__ slots, int chunk) {
+                                const int64_t* __restrict__ slots, int chunk, int early_copy) {
     constexpr int PIECES = D * (int)sizeof(T) / 16, PIECE = 16 / (int)sizeof(T);   // 16-byte pieces of a row
     extern __shared__ __align__(16) unsigned char few_smem[];
     T* ks = reinterpret_cast<T*>(few_smem);                         // [chunk][D] from key `start`
@@ -611,9 +613,12 @@ __device__ void attn_decode_few(const T* __restrict__ q, int64_t q_stride, T* k_
         cp_async16(ks + (j - start) * D + piece * PIECE, k_cache + at, true);
         cp_async16(vs + (j - start) * D + piece * PIECE, v_cache + at, true);
     };
-    const int cached = min(end, L - 1) - start;                     // rows earlier steps wrote
-    for (int i = threadIdx.x; i < cached * PIECES; i += THREADS) copy_row(start + i / PIECES, i % PIECES);
+    const int cached = min(end, L - 1) - start;                     // the rows before the new one
+    const int early = early_copy ? cached : 0;                      // of them, written by earlier steps
+    for (int i = threadIdx.x; i < early * PIECES; i += THREADS) copy_row(start + i / PIECES, i % PIECES);
     pdl_start();
+    for (int i = early * PIECES + threadIdx.x; i < cached * PIECES; i += THREADS)
+        copy_row(start + i / PIECES, i % PIECES);
 
     const bool holds_new = end == L;
     const bool rotated_new = load_queries<T, D, G>(q, q_stride, tok, kvh, nh, nkv, positions, cos_sin, slots,
@@ -647,10 +652,10 @@ __device__ void attn_decode_few(const T* __restrict__ q, int64_t q_stride, T* k_
         const T* q, int64_t q_stride, T* k_cache, T* v_cache, const int* block_tables, int max_blocks,         \
         const int* seq_lens, const int* query_start_loc, T* out, float* part_o, float2* part_ml,               \
         int* split_counters, int nh, int nkv, int bs, float scale, const int64_t* positions,                   \
-        const float* cos_sin, const int64_t* slots, int chunk) {                                               \
+        const float* cos_sin, const int64_t* slots, int chunk, int early_copy) {                               \
         attn_decode_few<T, D, G>(q, q_stride, k_cache, v_cache, block_tables, max_blocks, seq_lens,             \
                                  query_start_loc, out, part_o, part_ml, split_counters, nh, nkv, bs, scale,     \
-                                 positions, cos_sin, slots, chunk);                                             \
+                                 positions, cos_sin, slots, chunk, early_copy);                                 \
     }
 // One kernel per exact G (a compile-time head count: no per-key tests of it).
 #define DECODE_DIM(T, N, D) DECODE(T, N, D, 1) DECODE(T, N, D, 2) DECODE(T, N, D, 3) DECODE(T, N, D, 4) DECODE(T, N, D, 8)

@@ -318,10 +318,9 @@ class ModelRunner:
             plan=self.model.ops.plan_step(query_lens, inputs.seq_lens))
         if inputs.last_tokens is not None:
             n = len(query_lens)
-            meta.last = AttentionMetadata(   # a prefill graph's kept rows past n: attention reads n
-                query_start_loc=dev["last_tokens"], seq_lens=meta.seq_lens, block_tables=meta.block_tables,
-                slot_mapping=meta.slot_mapping, max_query_len=1, max_seq_len=meta.max_seq_len,
-                plan=self.model.ops.plan_step(np.ones(n, np.int64), inputs.seq_lens, inputs.last_tokens[:n]))
+            meta.last = meta.at_last_tokens(   # a prefill graph's kept rows past n: attention reads n
+                dev["last_tokens"], meta.max_seq_len,
+                self.model.ops.plan_step(np.ones(n, np.int64), inputs.seq_lens, inputs.last_tokens[:n]))
         return meta
 
     @staticmethod

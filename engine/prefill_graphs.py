@@ -118,9 +118,7 @@ class PrefillGraphs:
         meta = AttentionMetadata(query_start_loc=v["query_start"][:2], seq_lens=v["seq_lens"][:1],
                                  block_tables=v["block_tables"][:1], slot_mapping=v["slots"][:bucket],
                                  max_query_len=bucket, max_seq_len=bucket)
-        meta.last = AttentionMetadata(query_start_loc=v["last_tokens"][:kept_rows(bucket, self.max_num_seqs)],
-                                      seq_lens=meta.seq_lens, block_tables=meta.block_tables,
-                                      slot_mapping=meta.slot_mapping, max_query_len=1, max_seq_len=bucket)
+        meta.last = meta.at_last_tokens(v["last_tokens"][:kept_rows(bucket, self.max_num_seqs)], bucket)
         step = Step(model.shape, v["positions"][:bucket], model.cos_sin, meta)
         token_ids, attn = v["token_ids"][:bucket], self.attn[:bucket]
         pieces, carry = [], None
@@ -145,8 +143,6 @@ class PrefillGraphs:
             meta = AttentionMetadata(query_start_loc=v["query_start"][:2], seq_lens=v["seq_lens"][:1],
                                      block_tables=v["block_tables"][:1], slot_mapping=v["slots"][:bucket],
                                      max_query_len=bucket, max_seq_len=self.max_model_len, plan=plan)
-            meta.last = AttentionMetadata(query_start_loc=v["last_tokens"][:1], seq_lens=meta.seq_lens,
-                                          block_tables=meta.block_tables, slot_mapping=meta.slot_mapping,
-                                          max_query_len=1, max_seq_len=self.max_model_len)
+            meta.last = meta.at_last_tokens(v["last_tokens"][:1], self.max_model_len)
             return model.forward(v["token_ids"][:bucket], v["positions"][:bucket], meta, self.kv_cache)
         return capture(forward, pool, self.side_stream, self.programmatic)

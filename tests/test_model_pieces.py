@@ -73,6 +73,9 @@ def test_the_last_layer_at_the_last_tokens_alone_gives_the_full_passs_rows(llm):
     model = llm.model
     kept_cache, full_cache = torch.zeros_like(llm.kv_cache), torch.zeros_like(llm.kv_cache)
     dev, meta = prefill_inputs(llm, prompts)
+    # The last tokens attend to keys the step itself writes first (attn_decode_few copies
+    # earlier steps' keys before its programmatic wait, and must not here).
+    assert meta.last.step_wrote_keys and not meta.step_wrote_keys
     kept = model.forward(dev["token_ids"], dev["positions"], meta, kept_cache)
     dev, meta = prefill_inputs(llm, prompts)
     full = model.forward(dev["token_ids"], dev["positions"], dataclasses.replace(meta, last=None), full_cache)

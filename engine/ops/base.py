@@ -44,6 +44,17 @@ class AttentionMetadata:
     # attention, and everything after it, at these rows alone (LlamaModel.forward): all of
     # query_start_loc's rows (a prefill graph pads them), of which attention reads the first B.
     last: AttentionMetadata | None = None
+    # Whether the keys this attention reads were written by the step's own kernels before
+    # it, not only by earlier steps (besides each row's newest): set on a prefill step's
+    # `last`. A kernel that reads earlier steps' keys before waiting on the kernel before it
+    # (cuda_src/attention_decode.cu, attn_decode_few) must not do so here.
+    step_wrote_keys: bool = False
+
+    def at_last_tokens(self, rows: torch.Tensor, max_seq_len: int, plan: object = None) -> AttentionMetadata:
+        """`last` of this prefill step: its sequences at one query each, q's `rows`."""
+        return AttentionMetadata(query_start_loc=rows, seq_lens=self.seq_lens, block_tables=self.block_tables,
+                                 slot_mapping=self.slot_mapping, max_query_len=1, max_seq_len=max_seq_len,
+                                 plan=plan, step_wrote_keys=True)
 
 
 @dataclass

@@ -634,6 +634,7 @@ class CudaOps(Ops):
                 bs, float(scale), *(rope or (None, None, None)))
         if isinstance(plan, FewRowsDecode):
             self._decode_kernel(dt, d, G, "decode_few")((plan.splits, nkv, B), _DECODE_THREADS, *args, plan.chunk,
+                                                        int(not meta.step_wrote_keys),
                                                         shared=self._few_smem(dt, d, plan.chunk, G))
         else:
             self._decode_kernel(dt, d, G)(

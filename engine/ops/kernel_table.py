@@ -115,7 +115,7 @@ def _specs() -> list[KernelSpec]:
             specs += [KernelSpec(("decode", dt, d, g), "attention_decode", f"attn_decode_{dt}_d{d}_g{g}",
                                  "PlPPPiPPPPPPiiifPPPPPPi") for g in DECODE_GROUPS]
             specs += [KernelSpec(("decode_few", dt, d, g), "attention_decode", f"attn_decode_few_{dt}_d{d}_g{g}",
-                                 "PlPPPiPPPPPPiiifPPPi") for g in DECODE_GROUPS]
+                                 "PlPPPiPPPPPPiiifPPPii") for g in DECODE_GROUPS]
     return specs
 
 
