@@ -16,8 +16,10 @@ BACKENDS = ("auto", "cuda", "torch")
 QUANTIZATIONS = ("none", "gguf")
 DTYPES = ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
 
-# Tuning knobs of the cuda backend that a benchmark sweep sets from the environment.
-ENV_OVERRIDES = {"decode_slack": ("ROADGATE_DECODE_SLACK", float),
+# The settings a benchmark sweep sets from the environment: the step budget, and the cuda
+# backend's tuning knobs.
+ENV_OVERRIDES = {"max_num_batched_tokens": ("ROADGATE_MAX_NUM_BATCHED_TOKENS", int),
+                 "decode_slack": ("ROADGATE_DECODE_SLACK", float),
                  "prefill_m_tiles": ("ROADGATE_PREFILL_M_TILES", int),
                  "prefill_wgmma": ("ROADGATE_PREFILL_WGMMA", lambda v: v not in ("", "0")),
                  "prefill_ws": ("ROADGATE_PREFILL_WS", lambda v: v not in ("", "0")),

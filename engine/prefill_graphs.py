@@ -42,7 +42,7 @@ from engine.model import Carry, LlamaModel
 from engine.ops import AttentionMetadata, Step
 from engine.step_upload import StaticInputs
 
-_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
+_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 
 
 def token_buckets(max_num_batched_tokens: int) -> list[int]:

@@ -26,9 +26,11 @@ def test_bad_settings_are_refused_by_name(settings, message):
 
 
 def test_environment_overrides_fill_only_what_the_caller_left_unset():
-    env = {"ROADGATE_DECODE_SLACK": "1.75", "ROADGATE_CUDA_DEBUG": "1", "ROADGATE_DECODE_FEW_ROWS": "0"}
+    env = {"ROADGATE_DECODE_SLACK": "1.75", "ROADGATE_CUDA_DEBUG": "1", "ROADGATE_DECODE_FEW_ROWS": "0",
+           "ROADGATE_MAX_NUM_BATCHED_TOKENS": "16384"}
     config = EngineConfig.from_env("m", environ=env, gemv_max_rows=4)
     assert (config.decode_slack, config.cuda_debug, config.gemv_max_rows) == (1.75, True, 4)
+    assert config.max_num_batched_tokens == 16384
     assert config.decode_few_rows == 0
     assert EngineConfig.from_env("m", environ=env, decode_slack=2.0).decode_slack == 2.0
     with pytest.raises(ValueError, match="ROADGATE_DECODE_SLACK='many' is not a valid decode_slack"):

@@ -11,6 +11,7 @@ import torch
 from engine.input_batch import InputBatch
 from engine.model_runner import StepLayout
 from engine.ops import Step
+from engine.prefill_graphs import token_buckets
 from engine.sampling_params import SamplingParams
 from engine.scheduler import NewRequest, SchedulerOutput
 from engine.step_upload import upload
@@ -82,3 +83,14 @@ def test_the_last_layer_at_the_last_tokens_alone_gives_the_full_passs_rows(llm):
     assert full.shape == (40, model.config.hidden_size) and kept.shape == (3, model.config.hidden_size)
     torch.testing.assert_close(kept, full[[0, 9, 39]], rtol=1e-5, atol=1e-5)
     assert torch.equal(kept_cache, full_cache)
+
+
+def test_token_buckets_pad_a_step_by_at_most_half_up_to_a_budget_of_16384():
+    """A step pads to the least bucket that holds it: past 1,024 tokens by at most half again
+    (a 9,000-token step of a 16,384 budget runs at 12,288, not 16,384); the budget is the top."""
+    assert token_buckets(8192)[-4:] == [3072, 4096, 6144, 8192]
+    assert token_buckets(16384)[-3:] == [8192, 12288, 16384]
+    assert token_buckets(10000)[-2:] == [8192, 10000]
+    for budget in (8192, 16384):
+        buckets = token_buckets(budget)
+        assert all(b / a <= 1.5 for a, b in zip(buckets, buckets[1:]) if a >= 1024)
