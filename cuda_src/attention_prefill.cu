@@ -18,6 +18,7 @@
 //   attn_prefill_ws_<dtype>_d64_m<CW> the same multiplies, warp-specialized (the tall tiles:
 //        CW = 3, 192 rows): one warpgroup loads, CW compute, and they meet at mbarriers, not
 //        block barriers; a computing warpgroup's P V runs under its next tile's softmax.
+//        attn_prefill_ws128_<dtype>_d64_m3: the tall tiles on K/V tiles of 128 keys.
 // In bf16, P goes into P V as two operand terms, hi + lo (~16 mantissa bits, not 8):
 // P rounded to bf16 alone, as flash attention does, cost greedy agreement with float32
 // (60 chat prompts: 72% against the torch reference's 83%); fp16's 11 bits need no lo term. Query j of a sequence
@@ -27,8 +28,8 @@
 // Launch: grid = (nh, B, ceil(max_query_len / BM)); mma.sync: block = 128, dynamic smem =
 // 2 stages x (K, V) x BN x (D + PAD) 16-bit values; wgmma: block = 128 WG, dynamic smem =
 // (BM + 2 stages x (K, V) x BN) x 128 bytes + 1024 (the tiles start 1024-byte aligned);
-// warp-specialized: block = 128 (CW + 1), dynamic smem = (BM + WS_STAGES x (K, V) x BN) x 128
-// bytes + 2 WS_STAGES mbarriers of 8 bytes + 1024.
+// warp-specialized: block = 128 (CW + 1), dynamic smem = (BM + WS_STAGES x (K, V) x KN) x 128
+// bytes + 2 WS_STAGES mbarriers of 8 bytes + 1024 (KN = 64, or 128 keys: ws128).
 // The GPU starts blocks in the order of their index (x fastest), so grid.z counts each
 // sequence's tiles from its last: every sequence's longest tile starts in the first wave and
 // its shortest ones fill the last (z slowest, not y: with y the tiles, a batch's last sequence
@@ -93,17 +94,20 @@ __device__ __forceinline__ void load_kv_tile(Op (*ks)[D + PAD], Op (*vs)[D + PAD
     }
 }
 
-// op over this lane's 16 scores of row i (element 2 i or 2 i + 1 of every fragment) as a tree:
-// 4 dependent steps, not the 16 of a running max or sum, which left the warps waiting on them.
-template <typename Op>
-__device__ __forceinline__ float row_reduce(const float (&s)[BN / 8][4], int i, Op op) {
-    float v[BN / 8];
+// op over this lane's 2 NT scores of row i (element 2 i or 2 i + 1 of every fragment of 8
+// keys) as a tree: log2(2 NT) dependent steps, not the 2 NT of a running max or sum, which
+// left the warps waiting on them.
+template <int W, int N, typename Op> __device__ __forceinline__ void fold_halves(float (&v)[N], Op op) {
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) v[nt] = op(s[nt][2 * i], s[nt][2 * i + 1]);
+    for (int k = 0; k < W; ++k) v[k] = op(v[k], v[k + W]);
+    if constexpr (W > 1) fold_halves<W / 2>(v, op);   // a step a level: v stays in registers
+}
+template <int NT, typename Op>
+__device__ __forceinline__ float row_reduce(const float (&s)[NT][4], int i, Op op) {
+    float v[NT];
 #pragma unroll
-    for (int width = BN / 16; width >= 1; width /= 2)
-#pragma unroll
-        for (int k = 0; k < width; ++k) v[k] = op(v[k], v[k + width]);
+    for (int nt = 0; nt < NT; ++nt) v[nt] = op(s[nt][2 * i], s[nt][2 * i + 1]);
+    fold_halves<NT / 2>(v, op);
     return v[0];
 }
 
@@ -113,13 +117,14 @@ __device__ __forceinline__ float row_reduce(const float (&s)[BN / 8][4], int i, 
 // and turns the raw scores s into unnormalised probabilities, 2^(s scale - m): one FMA and
 // one ex2 a score. The output's factor is left in corr; returns whether any row of the
 // warp's has one (its max moved: seldom, past a long row's first tiles).
-// Element e of s[nt]: row e / 2, key kv0 + 8 nt + cq + e % 2.
-__device__ __forceinline__ bool softmax_scores(float (&s)[BN / 8][4], float (&m)[2], float (&l)[2],
+// Element e of s[nt]: row e / 2, key kv0 + 8 nt + cq + e % 2; NT fragments (8 NT keys).
+template <int NT>
+__device__ __forceinline__ bool softmax_scores(float (&s)[NT][4], float (&m)[2], float (&l)[2],
                                                float (&corr)[2], const int (&lim)[2], int kv0, int cq,
                                                bool masked, float scale_log2) {
     if (masked)
 #pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt)
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
                 if (kv0 + nt * 8 + cq + (e & 1) > lim[e / 2]) s[nt][e] = -INFINITY;
@@ -136,7 +141,7 @@ __device__ __forceinline__ bool softmax_scores(float (&s)[BN / 8][4], float (&m)
         l[i] *= corr[i];
     }
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[nt][e] = exp2_ftz(fmaf(s[nt][e], scale_log2, -base[e / 2]));
 #pragma unroll
@@ -164,8 +169,8 @@ __device__ __forceinline__ void softmax_step(float (&s)[BN / 8][4], float (&m)[2
 
 // P's keys 16 kk .. 16 kk + 15 as A operands of P V: two adjacent S tiles form one A
 // fragment (the accumulator layout matches); lo only where two_terms<Op>.
-template <typename Op>
-__device__ __forceinline__ void p_operands(const float (&s)[BN / 8][4], int kk, uint32_t (&hi)[4], uint32_t (&lo)[4]) {
+template <typename Op, int NT>
+__device__ __forceinline__ void p_operands(const float (&s)[NT][4], int kk, uint32_t (&hi)[4], uint32_t (&lo)[4]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const float* p = s[2 * kk + i / 2] + 2 * (i % 2);
@@ -175,14 +180,15 @@ __device__ __forceinline__ void p_operands(const float (&s)[BN / 8][4], int kk, 
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// O += P V on the wgmma kernels: P (hi, and lo where two_terms) from registers, V the MN-major
-// tile at v_desc, its 16-key steps 16 rows (2,048 bytes) apart. Issues the wgmmas only.
-template <typename T>
-__device__ __forceinline__ void p_times_v(float (&o)[8][4], const uint32_t (&hi)[BN / 16][4],
-                                          const uint32_t (&lo)[BN / 16][4], uint64_t v_desc) {
+// O += P V on the wgmma kernels: P of KK 16-key steps (hi, and lo where two_terms) from
+// registers, V the MN-major tile at v_desc, its 16-key steps 16 rows (2,048 bytes) apart.
+// Issues the wgmmas only.
+template <typename T, int KK>
+__device__ __forceinline__ void p_times_v(float (&o)[8][4], const uint32_t (&hi)[KK][4],
+                                          const uint32_t (&lo)[KK][4], uint64_t v_desc) {
     constexpr int STEP = 16 * 128 >> 4;   // 16 rows of 128 bytes, in the descriptor's 16-byte units
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
+    for (int kk = 0; kk < KK; ++kk) {
         Wgmma<T>::rs_mn(o, hi[kk], v_desc + kk * STEP);
         if constexpr (two_terms<T>) Wgmma<T>::rs_mn(o, lo[kk], v_desc + kk * STEP);
     }
@@ -272,9 +278,9 @@ struct KeySplit {
 // d = 64): 16-byte piece threadIdx.x % 8 of rows threadIdx.x / 8 + i STEP of every tile. A
 // tile's block-table entries are read a tile before its copies are issued (`fetch`, then
 // `issue`), so no thread waits on the table on its way to the softmax; the rest of an address
-// is a few integer operations, kept out of registers that the softmax needs.
-template <typename T, int NTHREADS> struct TileLoader {
-    static constexpr int D = 64, STEP = NTHREADS / 8, ROWS = BN / STEP;
+// is a few integer operations, kept out of registers that the softmax needs. KEYS rows a tile.
+template <typename T, int NTHREADS, int KEYS = BN> struct TileLoader {
+    static constexpr int D = 64, STEP = NTHREADS / 8, ROWS = KEYS / STEP;
     static_assert(STEP % 8 == 0, "a thread's rows share one swizzle phase");
     const int* table;
     int kv_end;
@@ -560,16 +566,23 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
 // t's S = Q K^T and tile t - 1's P V together and runs tile t's softmax while P V is on the
 // tensor cores; the output is rescaled after it. One block an SM (128 (CW + 1) threads); the
 // same grid, split and results as attn_prefill_wgmma at WG = CW.
-constexpr int WS_STAGES = 4;
-template <typename T, int CW, bool SPLIT, int STAGES = WS_STAGES>
+// KN = 128 keys a K/V tile (the tall tiles' default, prefill_ws_keys): S is one m64n128k16
+// multiply a 16-dim step, and a consumer waits for each tile's P V before the next S (overlapping
+// two tiles would take ~180 registers); the three consumers overlap one another instead. Its
+// consumers need more than 128 registers: the loaders give some back (setmaxnreg) and the
+// consumers take WS_WIDE_REGS, without spills.
+constexpr int WS_STAGES = 4, WS_LOADER_REGS = 56, WS_WIDE_REGS = 144;
+template <typename T, int CW, bool SPLIT, int KN = BN, int STAGES = WS_STAGES>
 __device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k_cache,
                                 const T* __restrict__ v_cache, const int* __restrict__ block_tables, int max_blocks,
                                 const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc,
                                 T* __restrict__ out, int nh, int nkv, int bs, float scale_log2, int split_rows,
                                 int parts, float* partials, int* counters) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int D = 64, BM = 64 * CW, LOADERS = 128, CONSUMERS = 128 * CW, ROW = D * 2, TILE = BN * ROW;
+    constexpr int D = 64, BM = 64 * CW, LOADERS = 128, CONSUMERS = 128 * CW, ROW = D * 2, TILE = KN * ROW;
     constexpr int ALIGN = 1024;
+    constexpr bool WIDE = KN != BN;
+    static_assert(KN == BN || (KN == 2 * BN && CW == 3), "128-key tiles: the 192-row kernel, one block an SM");
     extern __shared__ unsigned char smem_unaligned[];
     unsigned char* smem = smem_unaligned + (-smem_address(smem_unaligned) & (ALIGN - 1));
     unsigned char* qs = smem;                                                  // [BM rows]
@@ -590,23 +603,24 @@ __device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const
             mbarrier_init(empty(stage), CONSUMERS);
         }
     __syncthreads();
-    const int kv_end = qt.kv_end(BM), kv_tiles = (kv_end + BN - 1) / BN;
+    const int kv_end = qt.kv_end(BM), kv_tiles = (kv_end + KN - 1) / KN;
     const int t_first = split.first(kv_tiles), tiles = split.end(kv_tiles) - t_first;
     // The warpgroup as a value the compiler knows is the same across a warp (a shuffle's): it
     // would otherwise see the wgmmas below on a divergent path and serialize them.
     const int h = blockIdx.x, wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
 
     if (wg == 0) {   // the loaders: Q's rows with tile 0, then a tile a stage, each signalled once it landed
+        if constexpr (WIDE) setmaxnreg_dec<WS_LOADER_REGS>();
         qt.copy_queries<BM>(qs, q, q_stride, h, threadIdx.x, LOADERS);
-        TileLoader<T, LOADERS> loader{qt.table, kv_end};
-        loader.fetch(t_first * BN, qt.bs_shift);
+        TileLoader<T, LOADERS, KN> loader{qt.table, kv_end};
+        loader.fetch(t_first * KN, qt.bs_shift);
         for (int i = 0; i < tiles; ++i) {
             const int stage = i % STAGES;
             if (i >= STAGES) mbarrier_wait(empty(stage), (i / STAGES - 1) & 1);
-            loader.issue(k_tile(stage), v_tile(stage), k_cache, v_cache, (t_first + i) * BN, qt.bs_shift, nkv,
+            loader.issue(k_tile(stage), v_tile(stage), k_cache, v_cache, (t_first + i) * KN, qt.bs_shift, nkv,
                          qt.kvh);
             cp_async_commit();
-            loader.fetch((t_first + i + 1) * BN, qt.bs_shift);
+            loader.fetch((t_first + i + 1) * KN, qt.bs_shift);
             if (i > 0) {              // tile i - 1 has landed: visible to the tensor cores, signalled
                 cp_async_wait<1>();
                 fence_async_proxy();
@@ -619,19 +633,20 @@ __device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const
         return;
     }
 
+    if constexpr (WIDE) setmaxnreg_inc<WS_WIDE_REGS>();
     const int cw = wg - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const int r = lane / 4, cq = (lane % 4) * 2;
     int qi[2], lim[2];
     qt.lane_rows(qt.first_row + cw * 64 + warp * 16 + r, qi, lim);
     float o[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    uint32_t hi[BN / 16][4], lo[BN / 16][4];   // P of the tile before, read by its P V until the wait
+    uint32_t hi[KN / 16][4], lo[KN / 16][4];   // P of a tile, read by its P V until the wait
     const uint64_t q_desc = tile_descriptor(qs + cw * 64 * ROW);
     auto pv = [&](int stage) {                 // O += P V of the tile in `stage`, a commit group
         p_times_v<T>(o, hi, lo, smem_descriptor(v_tile(stage)));
         wgmma_commit();
     };
     // Tile i's S = Q K^T into s, once its stage is full.
-    auto scores = [&](float (&s)[BN / 8][4], int i) {
+    auto scores = [&](float (&s)[KN / 8][4], int i) {
         mbarrier_wait(full(i % STAGES), (i / STAGES) & 1);
         const uint64_t k_desc = smem_descriptor(k_tile(i % STAGES));
         wgmma_fence();
@@ -639,39 +654,56 @@ __device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const
         for (int k16 = 0; k16 < D / 16; ++k16) Wgmma<T>::ss(s, q_desc + 2 * k16, k_desc + 2 * k16, k16 > 0);
         wgmma_commit();
     };
-    auto masked = [&](int i) { return (t_first + i + 1) * BN - 1 > qt.visible_to_all(); };
-    // The wgmmas sit on no branch the compiler cannot see is taken by the whole warpgroup
-    // (it serializes them there): the first tile is peeled off the loop, and a part without
-    // keys (tiles == 0) leaves the loop at once with everything waited for.
-    if (tiles > 0) {
-        float s[BN / 8][4], corr[2];
-        scores(s, 0);
+    auto masked = [&](int i) { return (t_first + i + 1) * KN - 1 > qt.visible_to_all(); };
+    if constexpr (WIDE) {   // a tile at a time: S, its softmax, then its P V, waited for
+        for (int i = 0; i < tiles; ++i) {
+            float s[KN / 8][4], corr[2];
+            scores(s, i);
+            wgmma_wait<0>();
+            fence_registers(s);
+            if (softmax_scores(s, m, l, corr, lim, (t_first + i) * KN, cq, masked(i), scale_log2)) rescale<D>(o, corr);
+#pragma unroll
+            for (int kk = 0; kk < KN / 16; ++kk) p_operands<T>(s, kk, hi[kk], lo[kk]);
+            wgmma_fence();
+            pv(i % STAGES);
+            wgmma_wait<0>();
+            fence_registers(o);
+            mbarrier_arrive(empty(i % STAGES));
+        }
+    } else {
+        // The wgmmas sit on no branch the compiler cannot see is taken by the whole warpgroup
+        // (it serializes them there): the first tile is peeled off the loop, and a part without
+        // keys (tiles == 0) leaves the loop at once with everything waited for.
+        if (tiles > 0) {
+            float s[BN / 8][4], corr[2];
+            scores(s, 0);
+            wgmma_wait<0>();
+            fence_registers(s);
+            softmax_scores(s, m, l, corr, lim, t_first * KN, cq, masked(0), scale_log2);   // o is 0: nothing to rescale
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk) p_operands<T>(s, kk, hi[kk], lo[kk]);
+        }
+        for (int i = 1; i < tiles; ++i) {
+            float s[BN / 8][4], corr[2];
+            scores(s, i);
+            pv((i - 1) % STAGES);
+            wgmma_wait<1>();              // S (P V of tile i - 1 may still run)
+            fence_registers(s);
+            const bool moved = softmax_scores(s, m, l, corr, lim, (t_first + i) * KN, cq, masked(i), scale_log2);
+            wgmma_wait<0>();              // P V of tile i - 1: its stage is read
+            fence_registers(o);
+            mbarrier_arrive(empty((i - 1) % STAGES));
+            if (moved) rescale<D>(o, corr);
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk) p_operands<T>(s, kk, hi[kk], lo[kk]);
+        }
+        if (tiles > 0) {
+            wgmma_fence();
+            pv((tiles - 1) % STAGES);
+        }
         wgmma_wait<0>();
-        fence_registers(s);
-        softmax_scores(s, m, l, corr, lim, t_first * BN, cq, masked(0), scale_log2);   // o is 0: nothing to rescale
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) p_operands<T>(s, kk, hi[kk], lo[kk]);
-    }
-    for (int i = 1; i < tiles; ++i) {
-        float s[BN / 8][4], corr[2];
-        scores(s, i);
-        pv((i - 1) % STAGES);
-        wgmma_wait<1>();              // S (P V of tile i - 1 may still run)
-        fence_registers(s);
-        const bool moved = softmax_scores(s, m, l, corr, lim, (t_first + i) * BN, cq, masked(i), scale_log2);
-        wgmma_wait<0>();              // P V of tile i - 1: its stage is read
         fence_registers(o);
-        mbarrier_arrive(empty((i - 1) % STAGES));
-        if (moved) rescale<D>(o, corr);
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) p_operands<T>(s, kk, hi[kk], lo[kk]);
     }
-    if (tiles > 0) {
-        wgmma_fence();
-        pv((tiles - 1) % STAGES);
-    }
-    wgmma_wait<0>();
-    fence_registers(o);
     if constexpr (SPLIT) if (split.parts > 1) {
         const int64_t slot = ((int64_t)blockIdx.y * split_rows + split.tile) * nh + h;
         if (!merge_parts<D, CONSUMERS, LOADERS>(o, m, l, partials + slot * parts * (D / 2 + 4) * CONSUMERS,
@@ -723,3 +755,8 @@ PREFILL_WG(bf16, bf16, 1) PREFILL_WG(bf16, bf16, 2) PREFILL_WG(f16, f16, 1) PREF
     PREFILL_WGMMA_ENTRY(T, N, ws_, CW, 128 * (CW + 1), BLOCKS, (attn_prefill_ws<T, CW, false>))                \
     PREFILL_WGMMA_ENTRY(T, N, ws_split_, CW, 128 * (CW + 1), BLOCKS, (attn_prefill_ws<T, CW, true>))
 PREFILL_WS(bf16, bf16, 3, 1) PREFILL_WS(f16, f16, 3, 1) PREFILL_WS(bf16, bf16, 1, 2) PREFILL_WS(f16, f16, 1, 2)
+// ... and the 192-row kernel on 128-key tiles (KN = 128), attn_prefill_ws128_<dtype>_d64_m3.
+#define PREFILL_WS128(T, N)                                                                                    \
+    PREFILL_WGMMA_ENTRY(T, N, ws128_, 3, 512, 1, (attn_prefill_ws<T, 3, false, 2 * BN>))                       \
+    PREFILL_WGMMA_ENTRY(T, N, ws128_split_, 3, 512, 1, (attn_prefill_ws<T, 3, true, 2 * BN>))
+PREFILL_WS128(bf16, bf16) PREFILL_WS128(f16, f16)

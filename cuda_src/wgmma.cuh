@@ -48,6 +48,16 @@ template <int N> __device__ __forceinline__ void fence_registers(float (&r)[N][4
 // cp.async writes are generic-proxy writes; wgmma reads through the async proxy.
 __device__ __forceinline__ void fence_async_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// A warpgroup's registers a thread, moved between the warpgroups of a block: dec gives
+// registers back to the block's pool, inc waits until the pool holds enough and takes them.
+// The whole warpgroup runs it; ptxas allocates the code after it within the new count.
+template <int REGS> __device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+template <int REGS> __device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+
 // mbarriers in shared memory (at a shared-memory address, 8-byte aligned): a phase completes
 // once `count` arrivals are in; a waiter names the phase by its parity (the barrier's k-th
 // completion has parity k % 2). Arrivals release and waits acquire, at CTA scope.
@@ -77,9 +87,24 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
         "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),           \
         "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
 
-// Wgmma<Op>: the m64n64k16 multiplies with 16-bit operands of type Op, fp32 accumulation.
+// The 64 x 128 one (m64n128k16): 16 fragments, operands %0 .. %63.
+#define WGMMA_D128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+                   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+                   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+                   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define WGMMA_ACC128(d) \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+    "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+    "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), \
+    "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), \
+    "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), \
+    "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), \
+    "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+
+// Wgmma<Op>: the m64nNk16 multiplies with 16-bit operands of type Op, fp32 accumulation.
 //   ss(d, a, b, accumulate): d (+)= a b, a and b descriptors of K-major tiles; accumulate = 0
-//                            overwrites d.
+//                            overwrites d; N = 64 or 128 by d's fragments (8 or 16).
 //   rs_mn(d, a, b):          d += a b, a this warp's 16 x 16 rows in registers (the mma.sync A
 //                            fragment), b the descriptor of an MN-major tile (K rows of N values).
 template <typename Op> struct Wgmma;
@@ -90,6 +115,13 @@ template <typename Op> struct Wgmma;
                          "wgmma.mma_async.sync.aligned.m64n64k16.f32." NAME "." NAME " " WGMMA_D              \
                          ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                                     \
                          : WGMMA_ACC(d)                                                                        \
+                         : "l"(a), "l"(b), "r"(accumulate));                                                   \
+        }                                                                                                      \
+        static __device__ __forceinline__ void ss(float (&d)[16][4], uint64_t a, uint64_t b, int accumulate) { \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                          \
+                         "wgmma.mma_async.sync.aligned.m64n128k16.f32." NAME "." NAME " " WGMMA_D128          \
+                         ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                     \
+                         : WGMMA_ACC128(d)                                                                     \
                          : "l"(a), "l"(b), "r"(accumulate));                                                   \
         }                                                                                                      \
         static __device__ __forceinline__ void rs_mn(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {  \

@@ -24,6 +24,7 @@ ENV_OVERRIDES = {"max_num_batched_tokens": ("ROADGATE_MAX_NUM_BATCHED_TOKENS", i
                  "prefill_wgmma": ("ROADGATE_PREFILL_WGMMA", lambda v: v not in ("", "0")),
                  "prefill_ws": ("ROADGATE_PREFILL_WS", lambda v: v not in ("", "0")),
                  "prefill_ws_short": ("ROADGATE_PREFILL_WS_SHORT", lambda v: v not in ("", "0")),
+                 "prefill_ws_keys": ("ROADGATE_PREFILL_WS_KEYS", int),
                  "decode_few_rows": ("ROADGATE_DECODE_FEW_ROWS", int),
                  "decode_few_chunk": ("ROADGATE_DECODE_FEW_CHUNK", int),
                  "gemv_max_rows": ("ROADGATE_GEMV_MAX_ROWS", int),
@@ -76,6 +77,11 @@ class EngineConfig:
     # Short queries' 64-row tiles in the warp-specialized kernel too where its blocks fit in one
     # wave (CudaOps.prefill_short_ws: a lone prompt); off: attn_prefill_wgmma's always (A/B runs).
     prefill_ws_short: bool = True
+    # Keys a K/V tile of the warp-specialized kernel's tall tiles: 128 (one wider multiply for S,
+    # each tile's P V waited for before the next S; attn_prefill_ws), or 64 (S of a tile
+    # overlapping P V of the one before; A/B runs). Attention µs a layer on the H100 (session
+    # 34, docs/performance.md): 1 x 8,000 244-246 against 258-259, 1 x 4,000 79-80 against 82.
+    prefill_ws_keys: int = 128
     # The gemv kernels take up to 8 rows but beat norm/activation + cuBLAS only up to
     # about 2 (benchmarks/kernel_bench.py: 1 row 12.6 vs 21.3 µs a layer, 4 rows 24.4 vs 21.9).
     gemv_max_rows: int = 2
@@ -112,6 +118,8 @@ class EngineConfig:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.prefill_m_tiles not in (0, 1, 2, 3):
             raise ValueError(f"prefill_m_tiles must be 0 (chosen per step), 1, 2 or 3, not {self.prefill_m_tiles}")
+        if self.prefill_ws_keys not in (64, 128):
+            raise ValueError(f"prefill_ws_keys must be 64 or 128, not {self.prefill_ws_keys}")
         if self.decode_few_chunk < 16 or self.decode_few_chunk % 16:
             raise ValueError(f"decode_few_chunk must be a positive multiple of 16, not {self.decode_few_chunk}")
         if self.decode_slack < 1 or min(self.decode_few_rows, self.gemv_max_rows, self.gemm_max_rows) < 0:

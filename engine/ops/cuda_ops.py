@@ -205,10 +205,10 @@ def _prefill_wg_smem(m_tiles: int, d: int) -> int:
     return (_PREFILL_ROWS_PER_M_TILE * m_tiles + 2 * 2 * _PREFILL_KEYS) * d * 2 + 1024
 
 
-def _prefill_ws_smem(m_tiles: int) -> int:
-    """The warp-specialized prefill kernel's (d = 64): Q, its stages of K and V, a full and an
-    empty mbarrier a stage; 1 KB for alignment."""
-    return (m_tiles * _PREFILL_ROWS_PER_M_TILE + _PREFILL_WS_STAGES * 2 * _PREFILL_KEYS) * 64 * 2 \
+def _prefill_ws_smem(m_tiles: int, keys: int = _PREFILL_KEYS) -> int:
+    """The warp-specialized prefill kernel's (d = 64) at `keys` a K/V tile: Q, its stages of K
+    and V, a full and an empty mbarrier a stage; 1 KB for alignment."""
+    return (m_tiles * _PREFILL_ROWS_PER_M_TILE + _PREFILL_WS_STAGES * 2 * keys) * 64 * 2 \
         + _PREFILL_WS_STAGES * 2 * 8 + 1024
 
 
@@ -241,6 +241,7 @@ class CudaOps(Ops):
         # Tall tiles: 192 rows in the warp-specialized kernel, else 128 (in 64-row units).
         self.prefill_ws = self.prefill_wgmma and config.prefill_ws
         self.tall_m_tiles = PREFILL_WS_M_TILES if self.prefill_ws else 2
+        self.prefill_ws_keys = config.prefill_ws_keys
         self.gemv_max_rows = config.gemv_max_rows
         self.gemm_max_rows = config.gemm_max_rows
         try:
@@ -261,8 +262,7 @@ class CudaOps(Ops):
         # CUDA graphs (engine.prefill_graphs' whole steps) hold their addresses.
         self._prefill_slots = {mt: self.num_sms * self._k["prefill_wg", "bf16", 64, mt, True].blocks_per_sm(
             128 * mt, _prefill_wg_smem(mt, 64)) for mt in PREFILL_WG_SHAPES} if self.prefill_wgmma else {}
-        ws_slots = {mt: self.num_sms * self._k["prefill_ws", "bf16", mt, True].blocks_per_sm(
-            128 * (mt + 1), _prefill_ws_smem(mt)) for mt in PREFILL_WS_SHAPES} if self.prefill_ws else {}
+        ws_slots = {mt: self._ws_slots(mt) for mt in PREFILL_WS_SHAPES} if self.prefill_ws else {}
         if self.prefill_ws:
             self._prefill_slots[PREFILL_WS_M_TILES] = ws_slots[PREFILL_WS_M_TILES]
         # The warp-specialized kernel's 64-row slots, where it may take short queries' tiles (prefill_short_ws).
@@ -553,14 +553,26 @@ class CudaOps(Ops):
                 counters = self._counters(B * rows * nh, q.device)
             grid = (nh, B, tiles + rows * (parts - 1))
             if ws:     # a loading warpgroup and mt computing ones
-                self._k["prefill_ws", dt, mt, parts > 1](grid, 128 * (mt + 1), *args, rows, parts, partials,
-                                                         counters, shared=_prefill_ws_smem(mt))
+                kernel, smem = self._ws_kernel(dt, mt, parts > 1)
+                kernel(grid, 128 * (mt + 1), *args, rows, parts, partials, counters, shared=smem)
             else:
                 self._k["prefill_wg", dt, d, mt, parts > 1](grid, 128 * mt, *args, rows, parts, partials, counters,
                                                             shared=_prefill_wg_smem(mt, d))
         else:
             self._k["prefill", dt, d, mt]((nh, B, tiles), 128, *args,
                                           shared=2 * 2 * _PREFILL_KEYS * (d + _PREFILL_PAD) * 2)  # K, V; 2 stages
+
+    def _ws_kernel(self, dt: str, m_tiles: int, split: bool):
+        """The warp-specialized prefill kernel at this tile height, and its shared memory: the
+        tall tiles' at prefill_ws_keys keys a K/V tile, the short ones' at 64."""
+        if m_tiles == PREFILL_WS_M_TILES and self.prefill_ws_keys != _PREFILL_KEYS:
+            return self._k["prefill_ws128", dt, split], _prefill_ws_smem(m_tiles, self.prefill_ws_keys)
+        return self._k["prefill_ws", dt, m_tiles, split], _prefill_ws_smem(m_tiles)
+
+    def _ws_slots(self, m_tiles: int) -> int:
+        """Blocks of the warp-specialized kernel at this tile height that the GPU runs at once."""
+        kernel, smem = self._ws_kernel("bf16", m_tiles, True)
+        return self.num_sms * kernel.blocks_per_sm(128 * (m_tiles + 1), smem)
 
     def _partials(self, n: int) -> torch.Tensor:
         return _kept_buffer(self._prefill_partials, n, lambda: torch.empty(n, dtype=torch.float32, device="cuda"))

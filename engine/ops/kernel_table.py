@@ -111,6 +111,9 @@ def _specs() -> list[KernelSpec]:
             specs += [KernelSpec(("prefill_ws", dt, cw, split), "attention_prefill",
                                  f"attn_prefill_ws_{'split_' if split else ''}{dt}_d64_m{cw}", "PlPPPiPPPiiifiiPP")
                       for cw in PREFILL_WS_SHAPES for split in (False, True)]
+            specs += [KernelSpec(("prefill_ws128", dt, split), "attention_prefill",
+                                 f"attn_prefill_ws128_{'split_' if split else ''}{dt}_d64_m{PREFILL_WS_M_TILES}",
+                                 "PlPPPiPPPiiifiiPP") for split in (False, True)]
         for d in HEAD_DIMS:
             specs += [KernelSpec(("decode", dt, d, g), "attention_decode", f"attn_decode_{dt}_d{d}_g{g}",
                                  "PlPPPiPPPPPPiiifPPPPPPi") for g in DECODE_GROUPS]

@@ -520,17 +520,18 @@ def test_prefill_attention(ops, dtype, nh, nkv, d, query_lens, seq_lens):
     check_attention(ops, query_lens, seq_lens, nh, nkv, d, dtype)
 
 
-@pytest.fixture(scope="module", params=[(1, False, False), (2, False, False), (1, True, False), (2, True, False),
-                                        (3, True, False), (1, True, True)],
-                ids=["mma-64", "mma-128", "wgmma-64", "wgmma-128", "wgmma-ws-192", "wgmma-ws-64"])
+@pytest.fixture(scope="module", params=[(1, False, False, 64), (2, False, False, 64), (1, True, False, 64),
+                                        (2, True, False, 64), (3, True, False, 64), (1, True, True, 64),
+                                        (3, True, False, 128)],
+                ids=["mma-64", "mma-128", "wgmma-64", "wgmma-128", "wgmma-ws-192", "wgmma-ws-64", "wgmma-ws-192-k128"])
 def ops_prefill_shape(request, ops):
     from engine.ops.cuda_ops import CudaOps
-    m_tiles, wgmma, ws_short = request.param
+    m_tiles, wgmma, ws_short, ws_keys = request.param
     if wgmma and not ops.prefill_wgmma:
         pytest.skip("the wgmma prefill kernel needs an sm_90a GPU (H100/H200)")
     # Forced 64-row tiles take the warp-specialized kernel wherever prefill_ws_short is on.
     return CudaOps(EngineConfig.from_env(model="", backend="cuda", prefill_m_tiles=m_tiles, prefill_wgmma=wgmma,
-                                         prefill_ws_short=ws_short))
+                                         prefill_ws_short=ws_short, prefill_ws_keys=ws_keys))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -615,12 +616,13 @@ def test_short_tiles_take_the_warp_specialized_kernel_within_one_wave(ops):
             assert one_wave == (query_lens in ([600], [1000], [100, 200]))
 
 
-@pytest.fixture(scope="module", params=[dict(), dict(prefill_ws=False), dict(prefill_ws_short=False)],
-                ids=["ws-192-and-64", "wg-128-and-64", "ws-192-wg-64"])
+@pytest.fixture(scope="module", params=[dict(), dict(prefill_ws=False), dict(prefill_ws_short=False),
+                                        dict(prefill_ws_keys=64)],
+                ids=["ws-192-and-64", "wg-128-and-64", "ws-192-wg-64", "ws-192-k64-and-64"])
 def ops_tall(request, ops):
     """The engine's ops with the tall tiles of either wgmma kernel: the warp-specialized one
-    (the default) or the 128-row one; and a lone prompt's 64-row tiles in either (the
-    warp-specialized kernel by default)."""
+    (the default, at 128 or 64 keys a K/V tile) or the 128-row one; and a lone prompt's
+    64-row tiles in either (the warp-specialized kernel by default)."""
     if not ops.prefill_wgmma:
         pytest.skip("keys are split by the wgmma prefill kernels, which need an sm_90a GPU")
     from engine.ops.cuda_ops import CudaOps
