@@ -19,6 +19,7 @@ from engine.config import EngineConfig
     ({"decode_few_rows": -1}, "decode_few_rows, gemv_max_rows and gemm_max_rows >= 0"),
     ({"decode_few_chunk": 100}, "decode_few_chunk must be a positive multiple of 16, not 100"),
     ({"decode_few_chunk": 0}, "decode_few_chunk must be a positive multiple of 16, not 0"),
+    ({"prefill_ws_keys": 96}, "prefill_ws_keys must be 64 or 128, not 96"),
 ])
 def test_bad_settings_are_refused_by_name(settings, message):
     with pytest.raises(ValueError, match=message):
