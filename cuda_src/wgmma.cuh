@@ -108,22 +108,20 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
 //   rs_mn(d, a, b):          d += a b, a this warp's 16 x 16 rows in registers (the mma.sync A
 //                            fragment), b the descriptor of an MN-major tile (K rows of N values).
 template <typename Op> struct Wgmma;
+// ss at N columns: FRAGS accumulator fragments (the operand list D, constraints ACC), then the
+// a and b descriptors and the accumulate flag as operands A, B and P.
+#define WGMMA_SS(NAME, N, FRAGS, D, ACC, A, B, P)                                                              \
+    static __device__ __forceinline__ void ss(float (&d)[FRAGS][4], uint64_t a, uint64_t b, int accumulate) { \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\n"                                              \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." NAME "." NAME " " D ", " A ", " B          \
+                     ", p, 1, 1, 0, 0;\n}\n"                                                                     \
+                     : ACC(d)                                                                                  \
+                     : "l"(a), "l"(b), "r"(accumulate));                                                       \
+    }
 #define WGMMA_OPS(OP, NAME)                                                                                    \
     template <> struct Wgmma<OP> {                                                                             \
-        static __device__ __forceinline__ void ss(float (&d)[8][4], uint64_t a, uint64_t b, int accumulate) { \
-            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                          \
-                         "wgmma.mma_async.sync.aligned.m64n64k16.f32." NAME "." NAME " " WGMMA_D              \
-                         ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                                     \
-                         : WGMMA_ACC(d)                                                                        \
-                         : "l"(a), "l"(b), "r"(accumulate));                                                   \
-        }                                                                                                      \
-        static __device__ __forceinline__ void ss(float (&d)[16][4], uint64_t a, uint64_t b, int accumulate) { \
-            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                          \
-                         "wgmma.mma_async.sync.aligned.m64n128k16.f32." NAME "." NAME " " WGMMA_D128          \
-                         ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                     \
-                         : WGMMA_ACC128(d)                                                                     \
-                         : "l"(a), "l"(b), "r"(accumulate));                                                   \
-        }                                                                                                      \
+        WGMMA_SS(NAME, 64, 8, WGMMA_D, WGMMA_ACC, "%32", "%33", "%34")                                         \
+        WGMMA_SS(NAME, 128, 16, WGMMA_D128, WGMMA_ACC128, "%64", "%65", "%66")                                 \
         static __device__ __forceinline__ void rs_mn(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {  \
             asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                            \
                          "wgmma.mma_async.sync.aligned.m64n64k16.f32." NAME "." NAME " " WGMMA_D              \
