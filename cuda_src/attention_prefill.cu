@@ -661,7 +661,8 @@ __device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const
             scores(s, i);
             wgmma_wait<0>();
             fence_registers(s);
-            if (softmax_scores(s, m, l, corr, lim, (t_first + i) * KN, cq, masked(i), scale_log2)) rescale<D>(o, corr);
+            if (softmax_scores(s, m, l, corr, lim, (t_first + i) * KN, cq, masked(i), scale_log2))
+                rescale<D>(o, corr);
 #pragma unroll
             for (int kk = 0; kk < KN / 16; ++kk) p_operands<T>(s, kk, hi[kk], lo[kk]);
             wgmma_fence();
@@ -675,16 +676,16 @@ __device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const
         // (it serializes them there): the first tile is peeled off the loop, and a part without
         // keys (tiles == 0) leaves the loop at once with everything waited for.
         if (tiles > 0) {
-            float s[BN / 8][4], corr[2];
+            float s[KN / 8][4], corr[2];
             scores(s, 0);
             wgmma_wait<0>();
             fence_registers(s);
-            softmax_scores(s, m, l, corr, lim, t_first * KN, cq, masked(0), scale_log2);   // o is 0: nothing to rescale
+            softmax_scores(s, m, l, corr, lim, t_first * KN, cq, masked(0), scale_log2);   // o is 0: no rescale
 #pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk) p_operands<T>(s, kk, hi[kk], lo[kk]);
+            for (int kk = 0; kk < KN / 16; ++kk) p_operands<T>(s, kk, hi[kk], lo[kk]);
         }
         for (int i = 1; i < tiles; ++i) {
-            float s[BN / 8][4], corr[2];
+            float s[KN / 8][4], corr[2];
             scores(s, i);
             pv((i - 1) % STAGES);
             wgmma_wait<1>();              // S (P V of tile i - 1 may still run)
@@ -695,7 +696,7 @@ __device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const
             mbarrier_arrive(empty((i - 1) % STAGES));
             if (moved) rescale<D>(o, corr);
 #pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk) p_operands<T>(s, kk, hi[kk], lo[kk]);
+            for (int kk = 0; kk < KN / 16; ++kk) p_operands<T>(s, kk, hi[kk], lo[kk]);
         }
         if (tiles > 0) {
             wgmma_fence();

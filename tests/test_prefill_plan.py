@@ -94,4 +94,3 @@ def test_a_lone_short_prompt_is_the_one_whose_split_blocks_fit_one_wave_of_the_6
     assert fits == {(600,): True, (1000,): True, (100, 200): True, (1025,): False, (1500,): False,
                     (2000,): False, (1000,) * 8: False}
     assert plan([4000], [4000]).blocks(9, 3, H200_SLOTS[3]) == 9 * 21     # unsplit: its tiles
-
