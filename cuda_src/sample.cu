@@ -4,8 +4,14 @@
 //   counter-based uniform of (seed, counter, token) and "kept" the top-k / top-p set.
 // The top-k / top-p cut is a value threshold found by bitwise binary search over
 // order-preserving float keys (32 passes over the row): no sort needed.
+// A row with a NaN logit, or none above -inf, samples NO_TOKEN (-1): the host reads it as
+// the model's failure (engine.ModelOutputError). Left at argmax's initial index, such a
+// row sent the next step's embedding out of bounds, an illegal address.
 // Launch: grid = B rows, block = 1024 threads.
 #include "common.cuh"
+
+constexpr int64_t NO_TOKEN = -1;     // engine.ops.base.NO_TOKEN
+constexpr int NO_INDEX = 0x7fffffff;  // argmax's index where no value is above -inf
 
 // Order-preserving map of floats to unsigned ints.
 __device__ __forceinline__ uint32_t order_key(float f) {
@@ -34,7 +40,7 @@ __device__ __forceinline__ int block_argmax(float v, int i, float* sv, int* si) 
         if (lane == 0) { sv[warp] = v; si[warp] = i; }
         __syncthreads();
         v = lane < nwarps ? sv[lane] : -INFINITY;
-        i = lane < nwarps ? si[lane] : 0x7fffffff;
+        i = lane < nwarps ? si[lane] : NO_INDEX;
     }
     return i;
 }
@@ -82,7 +88,8 @@ __device__ void sample(const T* __restrict__ logits, int V, const float* __restr
     const T* x = logits + (int64_t)row * V;
     const float t = all_greedy ? 0.f : temperature[row];
     float best = -INFINITY;
-    int best_i = 0x7fffffff;
+    int best_i = NO_INDEX;
+    bool saw_nan = false;
     if (t == 0.f) {
         // 8 elements a load where the row allows (a row of floats is 2 loads): the loop
         // then keeps many loads in flight, not one 4-byte load per iteration. Each thread
@@ -93,12 +100,15 @@ __device__ void sample(const T* __restrict__ logits, int V, const float* __restr
             float v[8];
             load8(x + c, v);
 #pragma unroll
-            for (int j = 0; j < 8; ++j)
+            for (int j = 0; j < 8; ++j) {
                 if (v[j] > best) { best = v[j]; best_i = c + j; }
+                saw_nan |= isnan(v[j]);
+            }
         }
         for (int i = vector_end + threadIdx.x; i < V; i += blockDim.x) {
             const float v = to_float(x[i]);
             if (v > best) { best = v; best_i = i; }
+            saw_nan |= isnan(v);
         }
     } else {
         const float temp = fmaxf(t, 1e-6f);
@@ -109,13 +119,15 @@ __device__ void sample(const T* __restrict__ logits, int V, const float* __restr
         const uint32_t row_key = mix32((uint32_t)seed ^ mix32((uint32_t)(seed >> 32) ^ mix32((uint32_t)counters[row])));
         for (int i = threadIdx.x; i < V; i += blockDim.x) {
             const float s = to_float(x[i]) / temp;
+            saw_nan |= isnan(s);
             if (order_key(s) < thresh) continue;
             const float v = s - logf(-logf(uniform(row_key, (uint32_t)i)));
             if (v > best) { best = v; best_i = i; }
         }
     }
     const int i = block_argmax(best, best_i, scratch, scratch_i);
-    if (threadIdx.x == 0) out[row] = i;
+    const bool failed = __syncthreads_or(saw_nan) || i == NO_INDEX;
+    if (threadIdx.x == 0) out[row] = failed ? NO_TOKEN : i;
 }
 
 #define SAMPLE(T, N)                                                                                      \

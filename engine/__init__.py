@@ -4,7 +4,8 @@ Knows nothing of SQL, Parquet or Airflow.
 """
 from engine.llm import LLM, PromptError
 from engine.model_source import ModelSourceError
-from engine.outputs import RequestOutput
+from engine.outputs import ModelOutputError, RequestOutput
 from engine.sampling_params import SamplingParams
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "PromptError", "ModelSourceError"]
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "PromptError", "ModelSourceError",
+           "ModelOutputError"]

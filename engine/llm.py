@@ -18,7 +18,7 @@ from engine.config import EngineConfig
 from engine.detokenizer import StopChecker
 from engine.model import LlamaModel
 from engine.model_runner import ModelRunner
-from engine.model_source import resolve
+from engine.model_source import ModelSourceError, resolve
 from engine.ops import make_ops, select_backend
 from engine.outputs import RequestOutput
 from engine.progress import ProgressLine
@@ -56,6 +56,17 @@ def _check_quantization(config: EngineConfig, backend: str, device: torch.device
                          f"weights; {source.name} has none")
 
 
+def _check_finite(weights: dict, model_name: str) -> None:
+    """A weight that is NaN or infinite makes every output NaN: say which, before any work."""
+    for name, w in weights.items():
+        # A sum is a NaN or infinite where any value is (a tenth of isfinite's time on the CPU);
+        # only then are the values counted, as a large finite tensor's sum can overflow.
+        if isinstance(w, torch.Tensor) and w.is_floating_point() and not bool(torch.isfinite(w.sum())):
+            bad = int((~torch.isfinite(w)).sum())
+            if bad:
+                raise ModelSourceError(f"model {model_name}: weight {name} holds {bad} NaN or infinite values")
+
+
 DEFAULT_CPU_KV_TOKENS = 16384
 
 
@@ -90,6 +101,7 @@ class LLM:
 
         load = self.source.load_block_weights if quantize else self.source.load_weights
         weights = dict(load(self.device, self.dtype))
+        _check_finite(weights, self.source.name)
         max_pos = min(config.max_model_len or c.max_position, c.max_position)
         self.model = LlamaModel(c, weights, make_ops(config), self.device, self.dtype, max_pos)
         del weights

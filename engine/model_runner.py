@@ -24,7 +24,9 @@ import torch
 from engine.config import EngineConfig
 from engine.input_batch import InputBatch
 from engine.model import LlamaModel
+from engine.outputs import ModelOutputError
 from engine.ops import AttentionMetadata, SamplingTensors
+from engine.ops.base import NO_TOKEN
 from engine.ops.driver import copy_async
 from engine.prefill_graphs import kept_rows
 from engine.sampling_params import SamplingParams
@@ -73,6 +75,15 @@ class StepLayout:
     def of(cls, rows: np.ndarray, out: SchedulerOutput) -> StepLayout:
         return cls(rows, np.array(out.num_computed_tokens, np.int64), np.array(out.num_scheduled_tokens, np.int64),
                    np.flatnonzero(out.samples))
+
+
+def _no_token_message(step: LaunchedStep, failed: np.ndarray) -> str:
+    """ModelOutputError's line for the step's `failed` token indices."""
+    where = ", ".join(f"request {step.request_ids[i]} at sequence position {int(step.positions[i])}"
+                      for i in failed[:3])
+    more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
+    return (f"the model's logits held no token to sample (a NaN, or nothing above -inf) for {where}{more}: "
+            f"its weights are broken, or its activations overflow this dtype")
 
 
 # The dtype of every array of a step (StepInputs' fields, then the sampling arrays).
@@ -218,6 +229,9 @@ class ModelRunner:
         if step.ready is not None:
             self.syncs.wait(step.ready, work_queued_behind)
         tokens = step.host[:len(step.request_ids)]
+        failed = np.flatnonzero(tokens.numpy() == NO_TOKEN)
+        if len(failed):
+            raise ModelOutputError(_no_token_message(step, failed))
         self.input_batch.record_tokens(step.request_ids, step.rows, step.num_removals, step.positions,
                                        tokens.numpy())
         return tokens.tolist()

@@ -1,9 +1,14 @@
-"""What a finished request returns."""
+"""What a finished request returns, and the error of a step whose model output had no token."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+
+
+class ModelOutputError(RuntimeError):
+    """The model's logits held no token to sample (a NaN, or nothing above -inf): broken
+    weights, or activations past the dtype's range. The message names the requests."""
 
 
 @dataclass

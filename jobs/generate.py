@@ -59,7 +59,7 @@ def generate_file(llm, source: Callable[[], Iterator[PromptRow]], output_path: s
     `file_metadata` lands in the Parquet footer (batch jobs stamp their run on
     each part); `after_row_group(n)` is called once row group n is written.
     """
-    from engine import PromptError, SamplingParams
+    from engine import ModelOutputError, PromptError, SamplingParams
 
     total = 0
     try:
@@ -91,16 +91,19 @@ def generate_file(llm, source: Callable[[], Iterator[PromptRow]], output_path: s
         if after_row_group:
             after_row_group(row_groups)
 
-    with atomic_parquet_writer(output_path, schema) as writer:
-        buffer = []
-        for out in llm.stream(engine_requests(), show_progress=progress, total=total):
-            row = pending.popleft()
-            buffer.append(_output_record(row, out))
-            if len(buffer) >= row_group_size:
+    try:
+        with atomic_parquet_writer(output_path, schema) as writer:
+            buffer = []
+            for out in llm.stream(engine_requests(), show_progress=progress, total=total):
+                row = pending.popleft()
+                buffer.append(_output_record(row, out))
+                if len(buffer) >= row_group_size:
+                    write(buffer)
+                    buffer.clear()
+            if buffer or written == 0:
                 write(buffer)
-                buffer.clear()
-        if buffer or written == 0:
-            write(buffer)
+    except ModelOutputError as e:   # the writer has removed its partial file
+        raise GenerateError(f"model {llm.source.name}: {e}") from None
     return {"rows": written}
 
 

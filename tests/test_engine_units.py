@@ -14,6 +14,7 @@ from engine.scheduler import Scheduler
 from engine.model_source import resolve
 from engine.sequence import Sequence
 from tests.conftest import MODEL
+from tests.sampling_support import no_token_logits, sampling_tensors
 
 
 def seq(rid: int, n: int, start: int = 0, max_tokens: int = 4) -> Sequence:
@@ -242,6 +243,24 @@ def test_filter_logits_keeps_top_k_and_nucleus():
     out = filter_logits(logits, torch.tensor([2, 0]), torch.tensor([1.0, 0.7]))
     assert torch.isfinite(out[0]).tolist() == [True, True, False, False]
     assert torch.isfinite(out[1]).tolist() == [True, True, False, False]   # 0.5 + 0.3 >= 0.7
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_row_with_a_nan_or_nothing_above_minus_inf_samples_no_token(temperature):
+    from engine.ops.base import NO_TOKEN
+    logits = no_token_logits()
+    s = sampling_tensors(5, temperature, top_k=50 if temperature else 0, device="cpu")
+    tokens = TorchOps().sample(logits, s)
+    assert tokens[[1, 2, 4]].tolist() == [NO_TOKEN] * 3
+    assert ((tokens[[0, 3]] >= 0) & (tokens[[0, 3]] < 1000)).all()
+    if temperature == 0.0:
+        assert tokens[[0, 3]].tolist() == logits[[0, 3]].argmax(-1).tolist()
+
+
+def test_embed_reads_no_token_as_token_zero():
+    from engine.ops.base import NO_TOKEN
+    table = torch.randn(10, 4)
+    assert torch.equal(TorchOps().embed(torch.tensor([3, NO_TOKEN]), table), table[[3, 0]])
 
 
 @pytest.mark.parametrize("dtype, bound", [(torch.float32, 1e-6), (torch.bfloat16, 2 ** -8)])

@@ -57,6 +57,18 @@ def test_jsonl_csv_and_parquet_inputs_give_ordered_complete_outputs(tmp_path):
         [got[0]["output_token_ids"]]
 
 
+def test_a_model_whose_logits_turn_nan_fails_in_one_line_and_writes_nothing(tmp_path, capsys):
+    from tests.test_model_sources import OVERFLOWING, tiny_hf_folder
+    folder = tiny_hf_folder(tmp_path / "m", scale=OVERFLOWING)
+    out = tmp_path / "out.parquet"
+    code = main(["generate", "--input", str(write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "prompt": "ab c"}])),
+                 "--output", str(out), "--model", str(folder), "--backend", "torch", "--max-tokens", "4"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err
+    assert err.startswith(f"roadgate generate: error: model {folder}: the model's logits held no token to sample")
+    assert_nothing_written(tmp_path, out)
+
+
 def test_seeded_sampling_is_reproducible_per_row(tmp_path):
     inp = write_jsonl(tmp_path / "in.jsonl", [{"id": "r1", "prompt": "Once upon a time"}])
     runs = []

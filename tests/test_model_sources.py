@@ -188,14 +188,16 @@ TINY_CONFIG = {"model_type": "llama", "hidden_size": TINY["hidden"], "num_hidden
                "tie_word_embeddings": True}
 
 
-def tiny_hf_folder(path, chat_template: str | None = None):
-    """config.json, one safetensors file and a word-level tokenizer.json: a model in a few KiB."""
+def tiny_hf_folder(path, chat_template: str | None = None, scale: dict[str, float] | None = None):
+    """config.json, one safetensors file and a word-level tokenizer.json: a model in a few KiB.
+    `scale` multiplies the named weights."""
     import json
     from safetensors.torch import save_file
     from tokenizers import Tokenizer as HFTokenizer, models, pre_tokenizers
     path.mkdir()
     (path / "config.json").write_text(json.dumps(TINY_CONFIG))
-    save_file({k: torch.from_numpy(v) for k, v in tiny_hf_weights(len(VOCAB)).items()}, str(path / "model.safetensors"))
+    weights = {k: torch.from_numpy(v) * (scale or {}).get(k, 1.0) for k, v in tiny_hf_weights(len(VOCAB)).items()}
+    save_file(weights, str(path / "model.safetensors"))
     tok = HFTokenizer(models.WordLevel({t: i for i, t in enumerate(VOCAB)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(path / "tokenizer.json"))
@@ -254,6 +256,27 @@ def test_corrupt_truncated_or_mismatched_safetensors_are_refused_from_the_header
     weights["model.layers.0.self_attn.o_proj.weight"] = weights["model.layers.0.self_attn.o_proj.weight"][:, :32].contiguous()
     save_file(weights, str(weights_file))
     refused(str(folder), "tensor model.layers.0.self_attn.o_proj.weight has shape \\[64, 32\\]")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_weight_that_is_not_finite_is_refused_before_any_work(tmp_path, bad):
+    name = "model.layers.1.mlp.up_proj.weight"
+    folder = tiny_hf_folder(tmp_path / "m", scale={name: bad})
+    with pytest.raises(ModelSourceError, match=f"weight {name} holds {128 * 64} NaN or infinite values$"):
+        LLM(str(folder), backend="torch", kv_cache_tokens=64)
+
+
+# Finite weights whose attention scores overflow float32: every logit comes out NaN.
+OVERFLOWING = {"model.layers.0.self_attn.q_proj.weight": 1e30, "model.layers.0.self_attn.k_proj.weight": 1e30}
+
+
+def test_logits_with_no_token_to_sample_stop_the_engine_with_one_line(tmp_path):
+    from engine import ModelOutputError
+    llm = LLM(str(tiny_hf_folder(tmp_path / "m", scale=OVERFLOWING)), backend="torch", kv_cache_tokens=256)
+    with pytest.raises(ModelOutputError, match="no token to sample .* for request 0 at sequence position 3, "
+                                               "request 1 at sequence position 2: its weights are broken") as e:
+        llm.generate([[5, 6, 7], [8, 9]], SamplingParams(max_tokens=4, temperature=0))
+    assert "\n" not in str(e.value)
 
 
 def test_broken_tokenizer_files_and_a_template_that_does_not_compile_are_refused(tmp_path):

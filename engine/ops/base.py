@@ -22,6 +22,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+# What `sample` gives a row it cannot sample: one with a NaN logit, or none above -inf. The
+# runner's read turns it into engine.ModelOutputError; `embed` reads it as token 0, so the
+# step launched before that read cannot fault.
+NO_TOKEN = -1
+
 
 @dataclass
 class AttentionMetadata:
@@ -110,7 +115,7 @@ class Ops(Protocol):
         each sequence's first query row in q, where they are not packed (AttentionMetadata.last)."""
 
     def embed(self, token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """[T] ids, [V, H] table -> [T, H]."""
+        """[T] ids, [V, H] table -> [T, H]; a NO_TOKEN id reads row 0."""
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float,
                  residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -141,8 +146,9 @@ class Ops(Protocol):
     def sample(self, logits: torch.Tensor, sampling: SamplingTensors,
                out: torch.Tensor | None = None) -> torch.Tensor:
         """[B, V] logits -> [B] int64 token ids (greedy, or Gumbel-max over the
-        temperature-scaled, top-k/top-p filtered distribution with counter-based noise);
-        written into `out` ([B] int64, contiguous) where it is given."""
+        temperature-scaled, top-k/top-p filtered distribution with counter-based noise),
+        NO_TOKEN for a row with a NaN logit or none above -inf; written into `out` ([B]
+        int64, contiguous) where it is given."""
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """x [T, K] @ weight [N, K]^T -> [T, N] in x's dtype. The torch backend also takes an

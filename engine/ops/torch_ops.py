@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from engine import cpu_ops
-from engine.ops.base import Ops, SamplingTensors, Step
+from engine.ops.base import NO_TOKEN, Ops, SamplingTensors, Step
 from engine.quantized import PackedBlocks
 
 _MASK32 = 0xFFFFFFFF
@@ -102,7 +103,7 @@ class TorchOps(Ops):
                         [i for i, n in enumerate(query_lens) if n == 1])
 
     def embed(self, token_ids, weight):
-        return F.embedding(token_ids, weight)
+        return F.embedding(token_ids.clamp_min(0), weight)   # NO_TOKEN reads row 0
 
     def rms_norm(self, x, weight, eps, residual):
         if cpu_ops.runs_pointwise(x) and weight.dtype == torch.float32:
@@ -232,6 +233,12 @@ class TorchOps(Ops):
     @staticmethod
     def _sample(logits: torch.Tensor, sampling: SamplingTensors) -> torch.Tensor:
         greedy = logits.argmax(dim=-1)
+        # argmax takes a row's first NaN where it has one, so this finds both kinds of failed row.
+        failed = ~(logits.gather(-1, greedy[:, None])[:, 0] > -math.inf)
+        return torch.where(failed, NO_TOKEN, TorchOps._sampled(logits, greedy, sampling))
+
+    @staticmethod
+    def _sampled(logits: torch.Tensor, greedy: torch.Tensor, sampling: SamplingTensors) -> torch.Tensor:
         if sampling.all_greedy:
             return greedy
         temperature = sampling.temperature.clamp_min(1e-6)[:, None]

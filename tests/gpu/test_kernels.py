@@ -14,10 +14,11 @@ import torch
 from engine.model import rope_cos_sin
 from engine.config import EngineConfig
 from engine.model_config import ModelConfig
-from engine.ops.base import AttentionMetadata, LayerShape, LayerWeights, Ops, SamplingTensors, Step
+from engine.ops.base import NO_TOKEN, AttentionMetadata, LayerShape, LayerWeights, Ops, SamplingTensors, Step
 from engine.ops.cuda_ops import _DTYPES
 from engine.ops.kernel_table import GEMM_TILES
 from engine.ops.torch_ops import TorchOps
+from tests.sampling_support import no_token_logits, sampling_tensors
 
 pytestmark = pytest.mark.gpu
 os.environ.setdefault("ROADGATE_CUDA_DEBUG", "1")  # synchronize + check after every launch
@@ -655,17 +656,6 @@ def test_prefill_split_tiles_merge_to_the_reference_launch_after_launch(ops_tall
     assert all(torch.equal(o, outs[0]) for o in outs[1:])
 
 
-def sampling_tensors(B, temperature, top_k=0, top_p=1.0):
-    dev = lambda x, t: torch.as_tensor(x, dtype=t).cuda()  # noqa: E731
-    temp = dev(temperature, torch.float32).expand(B).contiguous()
-    tk = dev(top_k, torch.int32).expand(B).contiguous()
-    tp = dev(top_p, torch.float32).expand(B).contiguous()
-    return SamplingTensors(temperature=temp, top_k=tk, top_p=tp,
-                           seeds=torch.randint(-2**62, 2**62, (B,), device="cuda"),
-                           counters=torch.randint(0, 5000, (B,), device="cuda"),
-                           all_greedy=bool((temp == 0).all()), any_filter=bool(((tk > 0) | (tp < 1)).any()))
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("B,V", [(1, 49152), (256, 49152), (3, 1000)])
 def test_sample_greedy(ops, dtype, B, V):
@@ -701,6 +691,25 @@ def test_sample_filtered(ops, top_k, top_p):
         # apart can tie once divided, and then either is the best).
         scaled = logits / 0.9
         assert torch.equal(scaled.gather(1, mine[:, None]), scaled.max(-1, keepdim=True).values)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("temperature, top_k", [(0.0, 0), (0.8, 0), (0.8, 50)])
+@pytest.mark.parametrize("V", [49152, 1001])   # the vector loads' loop, and the one-at-a-time one
+def test_sample_gives_no_token_where_the_reference_does(ops, dtype, temperature, top_k, V):
+    logits = no_token_logits(V).to(dtype).cuda()
+    s = sampling_tensors(5, temperature, top_k)
+    mine = ops.sample(logits, s)
+    assert torch.equal(mine, REF.sample(logits, s))
+    assert (mine[[1, 2, 4]] == NO_TOKEN).all() and (mine[[0, 3]] >= 0).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_embed_reads_no_token_as_token_zero(ops, dtype):
+    w = torch.randn(1000, 576, dtype=dtype, device="cuda")
+    ids = torch.tensor([5, NO_TOKEN, 999], device="cuda")
+    poison_next((3, 576), dtype)
+    assert torch.equal(ops.embed(ids, w), w[[5, 0, 999]])
 
 
 @pytest.mark.parametrize("n", [1, 300])

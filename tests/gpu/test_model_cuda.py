@@ -221,3 +221,21 @@ def test_programmatic_edges_join_our_kernels_and_keep_outputs():
     for batch in ([PROMPTS[0]], PROMPTS[1:3], PROMPTS[3:9]):
         assert [o.token_ids for o in joined.generate(batch, params)] == \
             [o.token_ids for o in plain.generate(batch, params)]
+
+
+@pytest.mark.parametrize("enforce_eager", [True, False])
+def test_nan_logits_stop_the_engine_in_one_line_and_the_gpu_keeps_working(enforce_eager):
+    """Logits that turn NaN (here through the final norm's weights, poisoned after the load's
+    check) raise ModelOutputError naming the requests. The step launched before the host reads
+    that embeds the failed token as token 0, so no kernel faults: the token once stayed
+    argmax's initial index, the embedding read out of bounds, and the illegal address killed
+    the CUDA context."""
+    from engine import ModelOutputError
+    llm = LLM(MODEL, backend="cuda", dtype="bfloat16", kv_cache_tokens=1 << 14, max_num_seqs=8,
+              enforce_eager=enforce_eager)
+    llm.model.norm.fill_(float("nan"))
+    with pytest.raises(ModelOutputError, match="no token to sample .* for request 0 at sequence position 20, "
+                                               "request 1 at sequence position 5: its weights are broken"):
+        llm.generate([list(range(100, 120)), list(range(200, 205))], SamplingParams(max_tokens=8, temperature=0))
+    torch.cuda.synchronize()
+    assert engine("cuda", "bfloat16").generate([PROMPTS[0]], SamplingParams(max_tokens=4))[0].token_ids
