@@ -295,8 +295,12 @@ def run_cli(args: argparse.Namespace) -> int:
                 print(f"roadgate bench: error: {e}", file=sys.stderr)
                 return 1
         else:
-            results = [run_engine(workload, e, model, args.backend, args.device, args.dtype,
-                                  gpu_index=leased.index if leased else 0) for e in args.engine]
+            from engine import ModelOutputError, PromptError
+            try:
+                results = [run_engine(workload, e, model, args.backend, args.device, args.dtype,
+                                      gpu_index=leased.index if leased else 0) for e in args.engine]
+            except (PromptError, ModelOutputError) as e:   # the model cannot serve the workload; nothing recorded
+                raise UsageError(f"model {model}: {e}") from None
     if leased:   # released now: the record says until when
         for r in results:
             r.gpu = leased.record()

@@ -35,6 +35,21 @@ def malformed_workloads(tmp_path, monkeypatch) -> list[str]:
     return CPU_OURS
 
 
+def overflowing_model(tmp_path, monkeypatch) -> list[str]:
+    """A model whose weights are finite but whose attention overflows, so every logit is NaN."""
+    from engine.model_source import alias_path
+    from tests.conftest import MODEL
+    from tests.test_model_sources import OVERFLOWING
+    from tests.tiny_model import write_tiny_model
+    return CPU_OURS + ["--model", str(write_tiny_model(tmp_path / "m.gguf", alias_path(MODEL), OVERFLOWING))]
+
+
+def model_without_chat_template(tmp_path, monkeypatch) -> list[str]:
+    """A model that cannot take the workload's chat prompts."""
+    from tests.test_model_sources import tiny_hf_folder
+    return CPU_OURS + ["--model", str(tiny_hf_folder(tmp_path / "m"))]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["bench", "--workload", "nope", "--engine", "ours"], "unknown workload 'nope'"),
     (malformed_workloads, "workload 'cpu-small': field 'sampling.temperature' must be >= 0"),
@@ -44,6 +59,8 @@ def malformed_workloads(tmp_path, monkeypatch) -> list[str]:
      "llama.cpp needs a GGUF file"),
     (["bench", "--workload", "cpu-small-bf16", "--engine", "ours", "--dtype", "float32"],
      "workload 'cpu-small-bf16' is measured in bfloat16; --dtype float32 contradicts it"),
+    (overflowing_model, "the model's logits held no token to sample"),
+    (model_without_chat_template, "this model has no chat template"),
 ])
 def test_bad_input_is_refused_in_one_line_and_stores_nothing(store, tmp_path, monkeypatch, capsys, argv, message):
     if callable(argv):
