@@ -82,7 +82,8 @@ class PrefillGraphs:
         self._whole: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         for bucket in reversed(self.buckets):
             self._pieces[bucket] = self._capture(bucket, pool)
-            self._whole[bucket] = self._capture_whole(bucket, pool)
+            if self.bucket_for(min(bucket, self.max_model_len)) == bucket:   # a lone sequence's step can take it
+                self._whole[bucket] = self._capture_whole(bucket, pool)
 
     def bucket_for(self, num_tokens: int) -> int | None:
         """The smallest bucket that holds the step's tokens; None if none does."""
@@ -130,19 +131,22 @@ class PrefillGraphs:
 
     def _capture_whole(self, bucket: int, pool) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         """One sequence's step at up to `bucket` new tokens as one graph, attention planned for
-        `bucket` tokens of a `bucket`-token context (the decode kernel of the last layer for
-        any context up to max_model_len, as the decode graphs'). The warm-up run reads a
-        `bucket`-token prompt whose keys are all block 0 and writes nothing (no cache slots)."""
+        as many tokens of as long a context, or max_model_len where that is less: no sequence
+        is longer, and a longer one reads past the block table's row (the decode kernel of the
+        last layer is planned for any context up to max_model_len, as the decode graphs'). The
+        warm-up run reads such a prompt whose keys are all block 0 and writes nothing (no
+        cache slots); the pieces captured after it read its length too."""
         model, v = self.model, self.inputs
-        v["query_start"][:2].copy_(torch.tensor([0, bucket], dtype=torch.int32))
-        v["seq_lens"][:1].fill_(bucket)
+        longest = min(bucket, self.max_model_len)
+        v["query_start"][:2].copy_(torch.tensor([0, longest], dtype=torch.int32))
+        v["seq_lens"][:1].fill_(longest)
         v["block_tables"][:1].zero_()
-        plan = model.ops.plan_step(np.array([bucket]), np.array([bucket]))
+        plan = model.ops.plan_step(np.array([longest]), np.array([longest]))
 
         def forward() -> torch.Tensor:
             meta = AttentionMetadata(query_start_loc=v["query_start"][:2], seq_lens=v["seq_lens"][:1],
                                      block_tables=v["block_tables"][:1], slot_mapping=v["slots"][:bucket],
-                                     max_query_len=bucket, max_seq_len=self.max_model_len, plan=plan)
+                                     max_query_len=longest, max_seq_len=self.max_model_len, plan=plan)
             meta.last = meta.at_last_tokens(v["last_tokens"][:1], self.max_model_len)
             return model.forward(v["token_ids"][:bucket], v["positions"][:bucket], meta, self.kv_cache)
         return capture(forward, pool, self.side_stream, self.programmatic)

@@ -205,6 +205,22 @@ def test_one_sequence_steps_replay_whole_graphs_and_keep_outputs(dtype):
     assert {bucket for bucket, _ in runs} >= {16, 32, 1024, 1536, 3072, 4096}
 
 
+def test_a_kv_cache_shorter_than_the_step_budget_starts_and_keeps_outputs():
+    """max_model_len below the largest prefill bucket (a small KV cache): a lone prompt's whole
+    graphs were warmed up on bucket-long prompts, longer than any sequence can be, whose
+    attention read past the block table's row. At one sequence that row is the table's last,
+    and start-up failed on an illegal address (benchmarks/decode_step.py at batch 1, session 35)."""
+    settings = dict(backend="cuda", dtype="bfloat16", kv_cache_tokens=2048, max_num_seqs=1)
+    eager, graphed = LLM(MODEL, enforce_eager=True, **settings), LLM(MODEL, **settings)
+    assert graphed.max_model_len == 2048 and graphed.runner.prefill_graphs.buckets[-1] == 8192
+    runs = record_graph_runs(graphed)
+    prompts = [[(29 * n + 7 * j) % 20000 + 30 for j in range(n)] for n in (5, 700, 2040)]
+    errors = [rel(first_token_logits(graphed, p), first_token_logits(eager, p)) for p in prompts]
+    report("short_kv_cache_graphs", {"logits_rel": errors, "runs": sorted(set(runs))})
+    assert max(errors) <= 3e-2
+    assert sorted(set(runs)) == [(16, 1), (1024, 1), (2048, 1)]
+
+
 def test_programmatic_edges_join_our_kernels_and_keep_outputs():
     """Decode graphs whose edges between our kernels are programmatic (engine.ops.pdl) give
     the tokens of graphs without them, bit for bit: the same kernels, launched earlier. At
