@@ -183,3 +183,17 @@ def test_batch_show_summarizes_a_committed_batch_and_refuses_one_that_is_not(par
     (p.output.path / manifest["parts"][0]["path"]).write_bytes(b"not parquet")
     assert main(["batch", "show", p.output_uri]) == 2
     assert "its sha256 is not the manifest's" in capsys.readouterr().err
+
+
+def test_a_shard_whose_model_gives_nan_logits_fails_in_one_line_and_publishes_no_part(tmp_path, params,
+                                                                                       model_path, default_store):
+    from tests.test_model_sources import OVERFLOWING
+    from tests.tiny_model import write_tiny_model
+    broken = write_tiny_model(tmp_path / "broken.gguf", model_path, OVERFLOWING)
+    p, key = params(model=str(broken)), run_key(DAG_ID, "manual__nan")
+    shards = split_input(p, key)
+    before = sorted(p.output.path.rglob("*"))
+    with pytest.raises(BatchError, match="shard 0: model .*broken.gguf: the model's logits held no token") as e:
+        generate_shard(shards[0], p, key)
+    assert "\n" not in str(e.value)
+    assert sorted(p.output.path.rglob("*")) == before   # no part, no leftover of one
