@@ -54,7 +54,8 @@ def generate_file(llm, source: Callable[[], Iterator[PromptRow]], output_path: s
     `source` is called twice (validate, then generate), so it must return a
     fresh iterator each time, e.g. `lambda: read_prompts(path)`. `sampling`
     holds SamplingParams fields other than the seed. Returns counts. Raises
-    GenerateError, with nothing written, for any bad row.
+    GenerateError, with nothing written, for any bad row, and for a model whose
+    logits hold no token to sample (engine.ModelOutputError).
 
     `file_metadata` lands in the Parquet footer (batch jobs stamp their run on
     each part); `after_row_group(n)` is called once row group n is written.
