@@ -228,12 +228,10 @@ class ModelRunner:
         persistent batch keeps them for the rows' later steps."""
         if step.ready is not None:
             self.syncs.wait(step.ready, work_queued_behind)
-        tokens = step.host[:len(step.request_ids)]
-        failed = np.flatnonzero(tokens.numpy() == NO_TOKEN)
-        if len(failed):
-            raise ModelOutputError(_no_token_message(step, failed))
-        self.input_batch.record_tokens(step.request_ids, step.rows, step.num_removals, step.positions,
-                                       tokens.numpy())
+        tokens = step.host[:len(step.request_ids)].numpy()
+        if tokens.min(initial=0) < 0:
+            raise ModelOutputError(_no_token_message(step, np.flatnonzero(tokens == NO_TOKEN)))
+        self.input_batch.record_tokens(step.request_ids, step.rows, step.num_removals, step.positions, tokens)
         return tokens.tolist()
 
     @torch.inference_mode()
