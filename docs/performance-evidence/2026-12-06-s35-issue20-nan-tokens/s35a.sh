@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 35, lease 1, call 4 (after three calls that staged the GGUF's parts).
+# Session 35, lease 1, call 3 (after two calls that staged the GGUF's first parts; the third part came with this call).
 # 1. The GPU suite on the real GGUF: session 34's 128-key tall tiles as the default (never run
 #    at model level) and this session's NO_TOKEN tests; 2. memcheck over generates whose
 #    prefill takes the 128-key kernel (prompts past 2,048 tokens), graphs on; 3. racecheck and

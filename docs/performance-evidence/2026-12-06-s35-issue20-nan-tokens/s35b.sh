@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 35, lease 1, call 5. On an H200: the prefill rows, stored for publishing
+# Session 35, lease 1, call 4. On an H200: the prefill rows, stored for publishing
 # (prefill.py, the engine and plain torch in one process, on the committed tree). On an
 # H100: where the 128-key tall-tile kernel's time goes: Nsight Compute's pipe use and stall
 # reasons per issued instruction, one layer's launch at 1 x 8,000 and 1 x 4,000.
