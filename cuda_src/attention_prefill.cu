@@ -558,24 +558,6 @@ __device__ void attn_prefill_wgmma(const T* __restrict__ q, int64_t q_stride, co
 #endif
 }
 
-// Two warpgroups (of the block's threads 128 .. 383) taking turns at a stretch of code between
-// take() and pass(), in strict alternation, through named barriers 2 and 3 (1 is merge_parts'):
-// take() waits for the other's pass(). The first turn's pass and the last's take are the
-// caller's to balance. Without ON, nothing.
-template <bool ON> struct TakeTurns {
-    int me;
-    __device__ __forceinline__ void take() const {
-        if constexpr (!ON) return;
-        if (me == 0) asm volatile("bar.sync 2, 256;\n" ::: "memory");
-        else asm volatile("bar.sync 3, 256;\n" ::: "memory");
-    }
-    __device__ __forceinline__ void pass() const {
-        if constexpr (!ON) return;
-        if (me == 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
-        else asm volatile("bar.arrive 2, 256;\n" ::: "memory");
-    }
-};
-
 // The wgmma kernel, warp-specialized: warpgroup 0 only loads (Q, then K/V tiles into
 // WS_STAGES stages), warpgroups 1 .. CW only compute, 64 query rows each (BM = 64 CW). They
 // meet at mbarriers, not block barriers: a stage's `full` barrier completes once the loaders'
@@ -585,16 +567,11 @@ template <bool ON> struct TakeTurns {
 // tensor cores; the output is rescaled after it. One block an SM (128 (CW + 1) threads); the
 // same grid, split and results as attn_prefill_wgmma at WG = CW.
 // KN = 128 keys a K/V tile (the tall tiles' default, prefill_ws_keys): S is one m64n128k16
-// multiply a 16-dim step. Its consumers need more than 128 registers: the loaders give some
-// back (setmaxnreg) and the consumers take ws_wide_regs(CW), without spills. With three
-// consumers (144 registers) each waits for a tile's P V before the next S (overlapping two
-// tiles would take ~180 registers), and the three overlap one another instead; with two
-// (prefill_ws_tall = 2, 224 registers: FA3's shape) each issues S of tile t with P V of tile
-// t - 1, as the 64-key kernel does.
-constexpr int WS_STAGES = 4, WS_LOADER_REGS = 56;
-__host__ __device__ constexpr int ws_wide_regs(int cw) { return cw == 3 ? 144 : 224; }   // 128 (56 + cw x regs) <= 64K
-static_assert(128 * (WS_LOADER_REGS + 2 * ws_wide_regs(2)) <= 65536 &&
-              128 * (WS_LOADER_REGS + 3 * ws_wide_regs(3)) <= 65536, "the register file holds the block");
+// multiply a 16-dim step, and a consumer waits for each tile's P V before the next S (overlapping
+// two tiles would take ~180 registers); the three consumers overlap one another instead. Its
+// consumers need more than 128 registers: the loaders give some back (setmaxnreg) and the
+// consumers take WS_WIDE_REGS, without spills.
+constexpr int WS_STAGES = 4, WS_LOADER_REGS = 56, WS_WIDE_REGS = 144;
 template <typename T, int CW, bool SPLIT, int KN = BN, int STAGES = WS_STAGES>
 __device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k_cache,
                                 const T* __restrict__ v_cache, const int* __restrict__ block_tables, int max_blocks,
@@ -604,9 +581,8 @@ __device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int D = 64, BM = 64 * CW, LOADERS = 128, CONSUMERS = 128 * CW, ROW = D * 2, TILE = KN * ROW;
     constexpr int ALIGN = 1024;
-    constexpr bool WIDE = KN != BN, AHEAD = !WIDE || CW == 2;   // AHEAD: S of tile t beside P V of t - 1
-    constexpr bool PINGPONG = WIDE && CW == 2;
-    static_assert(KN == BN || (KN == 2 * BN && CW >= 2), "128-key tiles: two or three consumers, one block an SM");
+    constexpr bool WIDE = KN != BN;
+    static_assert(KN == BN || (KN == 2 * BN && CW == 3), "128-key tiles: the 192-row kernel, one block an SM");
     extern __shared__ unsigned char smem_unaligned[];
     unsigned char* smem = smem_unaligned + (-smem_address(smem_unaligned) & (ALIGN - 1));
     unsigned char* qs = smem;                                                  // [BM rows]
@@ -657,7 +633,7 @@ __device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const
         return;
     }
 
-    if constexpr (WIDE) setmaxnreg_inc<ws_wide_regs(CW)>();
+    if constexpr (WIDE) setmaxnreg_inc<WS_WIDE_REGS>();
     const int cw = wg - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const int r = lane / 4, cq = (lane % 4) * 2;
     int qi[2], lim[2];
@@ -679,10 +655,7 @@ __device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const
         wgmma_commit();
     };
     auto masked = [&](int i) { return (t_first + i + 1) * KN - 1 > qt.visible_to_all(); };
-    // Two consumers take turns issuing their multiplies (FA3's ping-pong): one's softmax runs
-    // while the other's S and P V are on the tensor cores.
-    const TakeTurns<PINGPONG> turns{cw};
-    if constexpr (!AHEAD) {   // a tile at a time: S, its softmax, then its P V, waited for
+    if constexpr (WIDE) {   // a tile at a time: S, its softmax, then its P V, waited for
         for (int i = 0; i < tiles; ++i) {
             float s[KN / 8][4], corr[2];
             scores(s, i);
@@ -704,10 +677,7 @@ __device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const
         // keys (tiles == 0) leaves the loop at once with everything waited for.
         if (tiles > 0) {
             float s[KN / 8][4], corr[2];
-            if (PINGPONG && cw == 1) turns.pass();   // consumer 0 issues first
-            turns.take();
             scores(s, 0);
-            turns.pass();
             wgmma_wait<0>();
             fence_registers(s);
             softmax_scores(s, m, l, corr, lim, t_first * KN, cq, masked(0), scale_log2);   // o is 0: no rescale
@@ -716,10 +686,8 @@ __device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const
         }
         for (int i = 1; i < tiles; ++i) {
             float s[KN / 8][4], corr[2];
-            turns.take();
             scores(s, i);
             pv((i - 1) % STAGES);
-            turns.pass();
             wgmma_wait<1>();              // S (P V of tile i - 1 may still run)
             fence_registers(s);
             const bool moved = softmax_scores(s, m, l, corr, lim, (t_first + i) * KN, cq, masked(i), scale_log2);
@@ -731,10 +699,8 @@ __device__ void attn_prefill_ws(const T* __restrict__ q, int64_t q_stride, const
             for (int kk = 0; kk < KN / 16; ++kk) p_operands<T>(s, kk, hi[kk], lo[kk]);
         }
         if (tiles > 0) {
-            turns.take();
             wgmma_fence();
             pv((tiles - 1) % STAGES);
-            if (cw == 0) turns.pass();         // consumer 1's turn is the last
         }
         wgmma_wait<0>();
         fence_registers(o);
@@ -790,8 +756,8 @@ PREFILL_WG(bf16, bf16, 1) PREFILL_WG(bf16, bf16, 2) PREFILL_WG(f16, f16, 1) PREF
     PREFILL_WGMMA_ENTRY(T, N, ws_, CW, 128 * (CW + 1), BLOCKS, (attn_prefill_ws<T, CW, false>))                \
     PREFILL_WGMMA_ENTRY(T, N, ws_split_, CW, 128 * (CW + 1), BLOCKS, (attn_prefill_ws<T, CW, true>))
 PREFILL_WS(bf16, bf16, 3, 1) PREFILL_WS(f16, f16, 3, 1) PREFILL_WS(bf16, bf16, 1, 2) PREFILL_WS(f16, f16, 1, 2)
-// ... and on 128-key tiles (KN = 128), attn_prefill_ws128_<dtype>_d64_m<CW>: 192 rows, or 128 (FA3's shape).
-#define PREFILL_WS128(T, N, CW)                                                                                \
-    PREFILL_WGMMA_ENTRY(T, N, ws128_, CW, 128 * (CW + 1), 1, (attn_prefill_ws<T, CW, false, 2 * BN>))          \
-    PREFILL_WGMMA_ENTRY(T, N, ws128_split_, CW, 128 * (CW + 1), 1, (attn_prefill_ws<T, CW, true, 2 * BN>))
-PREFILL_WS128(bf16, bf16, 3) PREFILL_WS128(f16, f16, 3) PREFILL_WS128(bf16, bf16, 2) PREFILL_WS128(f16, f16, 2)
+// ... and the 192-row kernel on 128-key tiles (KN = 128), attn_prefill_ws128_<dtype>_d64_m3.
+#define PREFILL_WS128(T, N)                                                                                    \
+    PREFILL_WGMMA_ENTRY(T, N, ws128_, 3, 512, 1, (attn_prefill_ws<T, 3, false, 2 * BN>))                       \
+    PREFILL_WGMMA_ENTRY(T, N, ws128_split_, 3, 512, 1, (attn_prefill_ws<T, 3, true, 2 * BN>))
+PREFILL_WS128(bf16, bf16) PREFILL_WS128(f16, f16)

@@ -25,7 +25,6 @@ ENV_OVERRIDES = {"max_num_batched_tokens": ("ROADGATE_MAX_NUM_BATCHED_TOKENS", i
                  "prefill_ws": ("ROADGATE_PREFILL_WS", lambda v: v not in ("", "0")),
                  "prefill_ws_short": ("ROADGATE_PREFILL_WS_SHORT", lambda v: v not in ("", "0")),
                  "prefill_ws_keys": ("ROADGATE_PREFILL_WS_KEYS", int),
-                 "prefill_ws_tall": ("ROADGATE_PREFILL_WS_TALL", int),
                  "decode_few_rows": ("ROADGATE_DECODE_FEW_ROWS", int),
                  "decode_few_chunk": ("ROADGATE_DECODE_FEW_CHUNK", int),
                  "gemv_max_rows": ("ROADGATE_GEMV_MAX_ROWS", int),
@@ -83,10 +82,6 @@ class EngineConfig:
     # overlapping P V of the one before; A/B runs). Attention µs a layer on the H100 (session
     # 34, docs/performance.md): 1 x 8,000 244-246 against 258-259, 1 x 4,000 79-80 against 82.
     prefill_ws_keys: int = 128
-    # Computing warpgroups of those tall tiles at 128 keys: 3 (192 rows, each tile's P V waited
-    # for before the next S), or 2 (128 rows at 224 registers, S of a tile issued beside P V of
-    # the one before: FA3's shape).
-    prefill_ws_tall: int = 3
     # The gemv kernels take up to 8 rows but beat norm/activation + cuBLAS only up to
     # about 2 (benchmarks/kernel_bench.py: 1 row 12.6 vs 21.3 µs a layer, 4 rows 24.4 vs 21.9).
     gemv_max_rows: int = 2
@@ -125,8 +120,6 @@ class EngineConfig:
             raise ValueError(f"prefill_m_tiles must be 0 (chosen per step), 1, 2 or 3, not {self.prefill_m_tiles}")
         if self.prefill_ws_keys not in (64, 128):
             raise ValueError(f"prefill_ws_keys must be 64 or 128, not {self.prefill_ws_keys}")
-        if self.prefill_ws_tall not in (2, 3) or (self.prefill_ws_tall == 2 and self.prefill_ws_keys != 128):
-            raise ValueError(f"prefill_ws_tall must be 3, or 2 at prefill_ws_keys 128, not {self.prefill_ws_tall}")
         if self.decode_few_chunk < 16 or self.decode_few_chunk % 16:
             raise ValueError(f"decode_few_chunk must be a positive multiple of 16, not {self.decode_few_chunk}")
         if self.decode_slack < 1 or min(self.decode_few_rows, self.gemv_max_rows, self.gemm_max_rows) < 0:

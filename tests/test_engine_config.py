@@ -20,8 +20,6 @@ from engine.config import EngineConfig
     ({"decode_few_chunk": 100}, "decode_few_chunk must be a positive multiple of 16, not 100"),
     ({"decode_few_chunk": 0}, "decode_few_chunk must be a positive multiple of 16, not 0"),
     ({"prefill_ws_keys": 96}, "prefill_ws_keys must be 64 or 128, not 96"),
-    ({"prefill_ws_tall": 4}, "prefill_ws_tall must be 3, or 2 at prefill_ws_keys 128, not 4"),
-    ({"prefill_ws_tall": 2, "prefill_ws_keys": 64}, "prefill_ws_tall must be 3, or 2 at prefill_ws_keys 128, not 2"),
 ])
 def test_bad_settings_are_refused_by_name(settings, message):
     with pytest.raises(ValueError, match=message):

@@ -18,7 +18,7 @@ from engine.config import EngineConfig
 from engine.ops import cuda_build
 from engine.ops.base import Ops, SamplingTensors
 from engine.ops.kernel_table import (DECODE_GROUPS, GEMM_TILES, KERNELS, PREFILL_SHAPES, PREFILL_WG_SHAPES,
-                                     PREFILL_WS_M_TILES, GemmTile, constant)
+                                     PREFILL_WS_M_TILES, PREFILL_WS_SHAPES, GemmTile, constant)
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 _ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
@@ -238,10 +238,9 @@ class CudaOps(Ops):
         self.forced_m_tiles = config.prefill_m_tiles
         arch = cuda_build.arch_of(major, minor)
         self.prefill_wgmma = config.prefill_wgmma and arch == "sm_90a"
-        # Tall tiles: 192 or 128 rows in the warp-specialized kernel (prefill_ws_tall), else 128
-        # (in 64-row units).
+        # Tall tiles: 192 rows in the warp-specialized kernel, else 128 (in 64-row units).
         self.prefill_ws = self.prefill_wgmma and config.prefill_ws
-        self.tall_m_tiles = config.prefill_ws_tall if self.prefill_ws else 2
+        self.tall_m_tiles = PREFILL_WS_M_TILES if self.prefill_ws else 2
         self.prefill_ws_keys = config.prefill_ws_keys
         self.gemv_max_rows = config.gemv_max_rows
         self.gemm_max_rows = config.gemm_max_rows
@@ -263,9 +262,9 @@ class CudaOps(Ops):
         # CUDA graphs (engine.prefill_graphs' whole steps) hold their addresses.
         self._prefill_slots = {mt: self.num_sms * self._k["prefill_wg", "bf16", 64, mt, True].blocks_per_sm(
             128 * mt, _prefill_wg_smem(mt, 64)) for mt in PREFILL_WG_SHAPES} if self.prefill_wgmma else {}
-        ws_slots = {mt: self._ws_slots(mt) for mt in (1, self.tall_m_tiles)} if self.prefill_ws else {}
+        ws_slots = {mt: self._ws_slots(mt) for mt in PREFILL_WS_SHAPES} if self.prefill_ws else {}
         if self.prefill_ws:
-            self._prefill_slots[self.tall_m_tiles] = ws_slots[self.tall_m_tiles]
+            self._prefill_slots[PREFILL_WS_M_TILES] = ws_slots[PREFILL_WS_M_TILES]
         # The warp-specialized kernel's 64-row slots, where it may take short queries' tiles (prefill_short_ws).
         self._short_ws_slots = ws_slots.get(1, 0) if config.prefill_ws_short else 0
         self._prefill_partials: list[torch.Tensor] = []
@@ -490,7 +489,7 @@ class CudaOps(Ops):
         what is left), of the mma.sync kernel's twice over. Fewer, and the longest tile sets
         the time."""
         if self.forced_m_tiles:
-            ws = self.forced_m_tiles == self.tall_m_tiles and wgmma and self.prefill_ws
+            ws = self.forced_m_tiles == PREFILL_WS_M_TILES and wgmma and self.prefill_ws
             if (d, self.forced_m_tiles) not in PREFILL_SHAPES and not ws:
                 raise ValueError(f"the prefill kernel has no {self.forced_m_tiles} m-tiles shape for head dim {d}")
             return self.forced_m_tiles
@@ -524,7 +523,7 @@ class CudaOps(Ops):
         and how many of its blocks the GPU runs at once."""
         if m_tiles == 1 and self.prefill_short_ws(meta, nh):
             return True, self._short_ws_slots
-        return self.prefill_ws and m_tiles == self.tall_m_tiles, self._prefill_slots[m_tiles]
+        return m_tiles == PREFILL_WS_M_TILES, self._prefill_slots[m_tiles]
 
     def prefill_split(self, meta, nh: int, m_tiles: int) -> tuple[int, int]:
         """How the wgmma prefill kernel splits the step's tiles (PrefillTiles.split) on this
@@ -566,8 +565,8 @@ class CudaOps(Ops):
     def _ws_kernel(self, dt: str, m_tiles: int, split: bool):
         """The warp-specialized prefill kernel at this tile height, and its shared memory: the
         tall tiles' at prefill_ws_keys keys a K/V tile, the short ones' at 64."""
-        if m_tiles == self.tall_m_tiles and self.prefill_ws_keys != _PREFILL_KEYS:
-            return self._k["prefill_ws128", dt, m_tiles, split], _prefill_ws_smem(m_tiles, self.prefill_ws_keys)
+        if m_tiles == PREFILL_WS_M_TILES and self.prefill_ws_keys != _PREFILL_KEYS:
+            return self._k["prefill_ws128", dt, split], _prefill_ws_smem(m_tiles, self.prefill_ws_keys)
         return self._k["prefill_ws", dt, m_tiles, split], _prefill_ws_smem(m_tiles)
 
     def _ws_slots(self, m_tiles: int) -> int:

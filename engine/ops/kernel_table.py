@@ -20,7 +20,6 @@ PREFILL_SHAPES = ((64, 1), (64, 2), (128, 1))
 PREFILL_WG_SHAPES = (1, 2)
 PREFILL_WS_M_TILES = 3            # the warp-specialized kernel's computing warpgroups: 64 rows each
 PREFILL_WS_SHAPES = (1, PREFILL_WS_M_TILES)   # ... at which it is built: short queries' tiles, tall ones
-PREFILL_WS128_SHAPES = (2, PREFILL_WS_M_TILES)  # ... and on 128-key K/V tiles: the tall ones (prefill_ws_tall)
 
 
 @dataclass(frozen=True)
@@ -112,9 +111,9 @@ def _specs() -> list[KernelSpec]:
             specs += [KernelSpec(("prefill_ws", dt, cw, split), "attention_prefill",
                                  f"attn_prefill_ws_{'split_' if split else ''}{dt}_d64_m{cw}", "PlPPPiPPPiiifiiPP")
                       for cw in PREFILL_WS_SHAPES for split in (False, True)]
-            specs += [KernelSpec(("prefill_ws128", dt, cw, split), "attention_prefill",
-                                 f"attn_prefill_ws128_{'split_' if split else ''}{dt}_d64_m{cw}",
-                                 "PlPPPiPPPiiifiiPP") for cw in PREFILL_WS128_SHAPES for split in (False, True)]
+            specs += [KernelSpec(("prefill_ws128", dt, split), "attention_prefill",
+                                 f"attn_prefill_ws128_{'split_' if split else ''}{dt}_d64_m{PREFILL_WS_M_TILES}",
+                                 "PlPPPiPPPiiifiiPP") for split in (False, True)]
         for d in HEAD_DIMS:
             specs += [KernelSpec(("decode", dt, d, g), "attention_decode", f"attn_decode_{dt}_d{d}_g{g}",
                                  "PlPPPiPPPPPPiiifPPPPPPi") for g in DECODE_GROUPS]

@@ -523,19 +523,16 @@ def test_prefill_attention(ops, dtype, nh, nkv, d, query_lens, seq_lens):
 
 @pytest.fixture(scope="module", params=[(1, False, False, 64), (2, False, False, 64), (1, True, False, 64),
                                         (2, True, False, 64), (3, True, False, 64), (1, True, True, 64),
-                                        (3, True, False, 128), (2, True, False, 128)],
-                ids=["mma-64", "mma-128", "wgmma-64", "wgmma-128", "wgmma-ws-192", "wgmma-ws-64", "wgmma-ws-192-k128",
-                     "wgmma-ws-128-k128"])
+                                        (3, True, False, 128)],
+                ids=["mma-64", "mma-128", "wgmma-64", "wgmma-128", "wgmma-ws-192", "wgmma-ws-64", "wgmma-ws-192-k128"])
 def ops_prefill_shape(request, ops):
     from engine.ops.cuda_ops import CudaOps
     m_tiles, wgmma, ws_short, ws_keys = request.param
     if wgmma and not ops.prefill_wgmma:
         pytest.skip("the wgmma prefill kernel needs an sm_90a GPU (H100/H200)")
-    # Forced 64-row tiles take the warp-specialized kernel wherever prefill_ws_short is on;
-    # forced 128-row ones at 128 keys, its two-consumer tall tiles (prefill_ws_tall = 2).
-    tall = dict(prefill_ws_tall=2) if (m_tiles, ws_keys) == (2, 128) else {}
+    # Forced 64-row tiles take the warp-specialized kernel wherever prefill_ws_short is on.
     return CudaOps(EngineConfig.from_env(model="", backend="cuda", prefill_m_tiles=m_tiles, prefill_wgmma=wgmma,
-                                         prefill_ws_short=ws_short, prefill_ws_keys=ws_keys, **tall))
+                                         prefill_ws_short=ws_short, prefill_ws_keys=ws_keys))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -601,36 +598,6 @@ def test_prefill_split_plans_for_the_blocks_this_gpu_runs_at_once(ops):
         assert ops.prefill_split(meta, 9, m_tiles) is split     # kept for the step's other layers
 
 
-def test_two_consumer_tall_tiles_take_the_warp_specialized_kernel_one_block_an_sm(ops):
-    """prefill_ws_tall = 2: the tall tiles are 128 rows in the 128-key warp-specialized kernel
-    (its consumers' 224 registers allow one block an SM), where the default's 128-row tiles
-    would be attn_prefill_wgmma's two an SM."""
-    if not ops.prefill_wgmma:
-        pytest.skip("the warpgroup prefill kernels need an sm_90a GPU")
-    from engine.ops.cuda_ops import CudaOps
-    two = CudaOps(EngineConfig.from_env(model="", backend="cuda", prefill_ws_tall=2))
-    assert two.tall_m_tiles == 2 and two._prefill_slots == {1: 4 * two.num_sms, 2: two.num_sms}
-    meta = AttentionMetadata(query_start_loc=None, seq_lens=None, block_tables=None, slot_mapping=None,
-                             max_query_len=8000, max_seq_len=8000, plan=two.plan_step([8000], [8000]))
-    assert two.prefill_m_tiles(meta, 9, 64, wgmma=True) == 2
-    assert two._prefill_kernel(meta, 9, 2) == (True, two.num_sms)
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_two_and_three_consumer_tall_tiles_agree_bit_for_bit(ops, dtype):
-    """A row meets the same 128-key tiles in the same order with the same arithmetic in
-    either kernel (S ahead only reorders the multiplies' issue, not a sum); the K/V tiles a
-    192-row tile takes past a row's diagonal add exact zeros. Unsplit (the reference's plan)."""
-    if not ops.prefill_wgmma:
-        pytest.skip("the warpgroup prefill kernels need an sm_90a GPU")
-    from engine.ops.cuda_ops import CudaOps
-    q, kv, step = paged_batch([3000, 1, 700, 130], [3100, 300, 700, 2000], 9, 3, 64, dtype)
-    outs = [CudaOps(EngineConfig.from_env(model="", backend="cuda", prefill_m_tiles=cw, prefill_ws_tall=cw))
-            .attention(q, kv, step) for cw in (3, 2)]
-    assert rel_err(outs[1], REF.attention(q.float(), kv.float(), step)) <= 1e-2
-    assert torch.equal(outs[0], outs[1])
-
-
 def test_short_tiles_take_the_warp_specialized_kernel_within_one_wave(ops):
     """A step whose 64-row blocks, split as planned for the warp-specialized kernel's two an
     SM, all run in one wave goes to that kernel, with that split; past one wave, to
@@ -651,11 +618,11 @@ def test_short_tiles_take_the_warp_specialized_kernel_within_one_wave(ops):
 
 
 @pytest.fixture(scope="module", params=[dict(), dict(prefill_ws=False), dict(prefill_ws_short=False),
-                                        dict(prefill_ws_keys=64), dict(prefill_ws_tall=2)],
-                ids=["ws-192-and-64", "wg-128-and-64", "ws-192-wg-64", "ws-192-k64-and-64", "ws-128-k128-and-64"])
+                                        dict(prefill_ws_keys=64)],
+                ids=["ws-192-and-64", "wg-128-and-64", "ws-192-wg-64", "ws-192-k64-and-64"])
 def ops_tall(request, ops):
     """The engine's ops with the tall tiles of either wgmma kernel: the warp-specialized one
-    (the default, at 128 or 64 keys a K/V tile; or 128 rows at 128 keys) or the 128-row one; and a lone prompt's
+    (the default, at 128 or 64 keys a K/V tile) or the 128-row one; and a lone prompt's
     64-row tiles in either (the warp-specialized kernel by default)."""
     if not ops.prefill_wgmma:
         pytest.skip("keys are split by the wgmma prefill kernels, which need an sm_90a GPU")
