@@ -9,7 +9,8 @@
 // outputs, for which the block multiplies 256 W rows: the gate rows n0 .. n0 + 127 and the up
 // rows I + n0 .. I + n0 + 127, so silu(gate) * up meets in one thread's registers. K goes
 // through STAGES shared-memory stages BK = 64 columns (one 128-byte swizzled row) at a time;
-// a stage's `full` mbarrier completes once the loaders' copies into it have landed, its
+// a stage's `full` mbarrier completes once the loaders' copies into it have landed (each
+// loader's cp.async arrives on it when done, so the loaders run STAGES chunks ahead), its
 // `empty` one once both computing warpgroups have multiplied it. Blocks take tiles b, b + grid,
 // ...: the loaders run on into the next tile while the multipliers store this one.
 // Layout: x [M, K], W [2I, K] row-major; out [M, I]. The host requires K % 64 == 0, I % 128
@@ -21,7 +22,7 @@
 namespace {
 constexpr int BM = 128, BN = 128, BK = 64, STAGES = 4, LOADERS = 128, CONSUMERS = 256;
 constexpr int ROW = BK * 2, A_TILE = BM * ROW, B_TILE = 2 * BN * ROW, STAGE = A_TILE + B_TILE;
-// The multipliers' two 64 x 128 fp32 accumulators (128 registers) fit in the 168 a thread of
+// The multipliers' 64 x 256 fp32 accumulator (128 registers) fits in the 168 a thread of
 // 384 gets, without spills; no registers move between the warpgroups (the loaders' 24 copies a
 // chunk spilled at 56).
 }
@@ -73,17 +74,12 @@ __device__ void gate_up_silu(const T* __restrict__ x, const T* __restrict__ W, T
                     const int r = row0 + 16 * i, n = r < BN ? n0 + r : I + n0 + r - BN;
                     cp_async16(b_tile(s) + r * ROW + ((piece ^ (r % 8)) << 4), W + (int64_t)n * K + k, true);
                 }
-                cp_async_commit();
-                if (it > 0) {   // the chunk before has landed: visible to the tensor cores, signalled
-                    cp_async_wait<1>();
-                    fence_async_proxy();
-                    mbarrier_arrive(full((it - 1) % STAGES));
-                }
+                // The stage's barrier counts this thread's arrival once its copies have landed:
+                // the loaders go on to the next stage without waiting for them.
+                asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(full(s)) : "memory");
             }
         }
-        cp_async_wait<0>();
-        fence_async_proxy();
-        if (it > 0) mbarrier_arrive(full((it - 1) % STAGES));
+        cp_async_wait<0>();   // no thread leaves with copies in flight
         return;
     }
 
@@ -92,25 +88,24 @@ __device__ void gate_up_silu(const T* __restrict__ x, const T* __restrict__ W, T
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         int m0, n0;
         origin(tile, m0, n0);
-        float gate[BN / 8][4], up[BN / 8][4];
+        float acc[2 * BN / 8][4];   // fragments 0 .. 15: gate's columns, 16 .. 31: up's
         for (int c = 0; c < chunks; ++c, ++it) {
             const int s = it % STAGES;
             mbarrier_wait(full(s), (it / STAGES) & 1);
-            const uint64_t a = smem_descriptor(a_tile(s) + cw * 64 * ROW), g = smem_descriptor(b_tile(s));
-            const uint64_t u = smem_descriptor(b_tile(s) + BN * ROW);
+            fence_async_proxy();   // the copies (generic proxy) before the tensor cores' reads (async proxy)
+            const uint64_t a = smem_descriptor(a_tile(s) + cw * 64 * ROW), b = smem_descriptor(b_tile(s));
             wgmma_fence();
+            // One m64n256k16 over gate's and up's rows together reads the x rows once for both
+            // (two m64n128k16 read them twice: shared memory's bandwidth, not the tensor cores,
+            // then set the pace). 16 columns: 2 descriptor units of 16 bytes.
 #pragma unroll
-            for (int k16 = 0; k16 < BK / 16; ++k16) {   // 16 columns: 2 descriptor units of 16 bytes
-                Wgmma<T>::ss(gate, a + 2 * k16, g + 2 * k16, c > 0 || k16 > 0);
-                Wgmma<T>::ss(up, a + 2 * k16, u + 2 * k16, c > 0 || k16 > 0);
-            }
+            for (int k16 = 0; k16 < BK / 16; ++k16) Wgmma<T>::ss(acc, a + 2 * k16, b + 2 * k16, c > 0 || k16 > 0);
             wgmma_commit();
             wgmma_wait<1>();   // the chunk before is multiplied: its stage may be refilled
             if (c > 0) mbarrier_arrive(empty((it - 1) % STAGES));
         }
         wgmma_wait<0>();
-        fence_registers(gate);
-        fence_registers(up);
+        fence_registers(acc);
         mbarrier_arrive(empty((it - 1) % STAGES));
         // This lane's outputs: rows g and g + 8 of its warp's 16, columns 2q, 2q + 1 of each 8.
         const int row = m0 + cw * 64 + warp * 16 + lane / 4, col = n0 + lane % 4 * 2;
@@ -122,8 +117,8 @@ __device__ void gate_up_silu(const T* __restrict__ x, const T* __restrict__ W, T
                 float o[2];
 #pragma unroll
                 for (int e = 0; e < 2; ++e)
-                    o[e] = silu_times<T>(to_float(from_float<T>(gate[nt][2 * h + e])),
-                                         to_float(from_float<T>(up[nt][2 * h + e])));
+                    o[e] = silu_times<T>(to_float(from_float<T>(acc[nt][2 * h + e])),
+                                         to_float(from_float<T>(acc[BN / 8 + nt][2 * h + e])));
                 *reinterpret_cast<uint32_t*>(out + (int64_t)(row + 8 * h) * I + col + nt * 8) = pack2<T>(o[0], o[1]);
             }
     }
