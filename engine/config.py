@@ -25,7 +25,6 @@ ENV_OVERRIDES = {"max_num_batched_tokens": ("ROADGATE_MAX_NUM_BATCHED_TOKENS", i
                  "prefill_ws": ("ROADGATE_PREFILL_WS", lambda v: v not in ("", "0")),
                  "prefill_ws_short": ("ROADGATE_PREFILL_WS_SHORT", lambda v: v not in ("", "0")),
                  "prefill_ws_keys": ("ROADGATE_PREFILL_WS_KEYS", int),
-                 "prefill_gate_up_silu": ("ROADGATE_PREFILL_GATE_UP_SILU", lambda v: v not in ("", "0")),
                  "decode_few_rows": ("ROADGATE_DECODE_FEW_ROWS", int),
                  "decode_few_chunk": ("ROADGATE_DECODE_FEW_CHUNK", int),
                  "gemv_max_rows": ("ROADGATE_GEMV_MAX_ROWS", int),
@@ -83,10 +82,6 @@ class EngineConfig:
     # overlapping P V of the one before; A/B runs). Attention µs a layer on the H100 (session
     # 34, docs/performance.md): 1 x 8,000 244-246 against 258-259, 1 x 4,000 79-80 against 82.
     prefill_ws_keys: int = 128
-    # A prefill's gate|up projection and SiLU-and-mul in one kernel of our own (sm_90a;
-    # cuda_src/gate_up_silu.cu) where its tiles fill the GPU; off: cuBLAS, then silu_and_mul
-    # (A/B runs).
-    prefill_gate_up_silu: bool = True
     # The gemv kernels take up to 8 rows but beat norm/activation + cuBLAS only up to
     # about 2 (benchmarks/kernel_bench.py: 1 row 12.6 vs 21.3 µs a layer, 4 rows 24.4 vs 21.9).
     gemv_max_rows: int = 2

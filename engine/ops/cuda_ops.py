@@ -49,10 +49,6 @@ _MIN_BLOCK_SIZE = constant("MIN_BLOCK_SIZE")
 _GEMV_WARPS, _GEMV_KERNEL_MAX_ROWS = constant("GEMV_WARPS"), constant("GEMV_MAX_ROWS")
 _NORM_ROWS = constant("RMS_NORM_ROWS_PER_BLOCK")
 _GEMM_BK, _GEMM_PAD = constant("GEMM_BK"), constant("GEMM_PAD")
-_GATE_UP_ROWS, _GATE_UP_COLS = constant("GATE_UP_SILU_ROWS"), constant("GATE_UP_SILU_COLS")
-# gate_up_silu's shared memory: its stages of x rows and of gate and up W rows (128 bytes a
-# row of a K chunk), two mbarriers a stage; 1 KB for alignment.
-_GATE_UP_SMEM = constant("GATE_UP_SILU_STAGES") * ((_GATE_UP_ROWS + 2 * _GATE_UP_COLS) * 128 + 16) + 1024
 _SMEM_BYTES = 48 * 1024              # the gemv's x' must fit without an opt-in
 # Decode attention fetches the cached K/V of batches this small into L2 before it waits on
 # the kernel before it (a few hundred KB a layer; at larger batches the step is bandwidth-bound).
@@ -247,7 +243,6 @@ class CudaOps(Ops):
         self.tall_m_tiles = PREFILL_WS_M_TILES if self.prefill_ws else 2
         self.prefill_ws_keys = config.prefill_ws_keys
         self.gemv_max_rows = config.gemv_max_rows
-        self.gate_up_silu_on = config.prefill_gate_up_silu and arch == "sm_90a"
         self.gemm_max_rows = config.gemm_max_rows
         try:
             cubins = cuda_build.build_all(arch)
@@ -397,33 +392,6 @@ class CudaOps(Ops):
         if self._gemv_fits(x, weight, K):
             return self._gemv("gemv_silu", x, weight, K)
         return super().silu_linear(x, weight)
-
-    def mlp_block(self, x, residual, layer, step):
-        if not self._gate_up_silu_fits(x, layer.gate_up):
-            return super().mlp_block(x, residual, layer, step)
-        normed, residual = self.rms_norm(x, layer.ffn_norm, step.shape.rms_norm_eps, residual)
-        return self.linear(self.gate_up_silu(normed, layer.gate_up), layer.down), residual
-
-    def _gate_up_silu_fits(self, x: torch.Tensor, weight: torch.Tensor) -> bool:
-        """Whether gate_up_silu takes x @ gate|up^T: a prefill-sized x whose tiles give every
-        SM one at least (smaller ones are decode batches, where cuBLAS's narrow tiles spread
-        the weights over more SMs), 16-bit, in the kernel's shapes, rows 16-byte aligned."""
-        K, I = x.shape[-1], weight.shape[0] // 2
-        return (self.gate_up_silu_on and x.dim() == 2 and x.dtype == weight.dtype
-                and x.dtype in (torch.bfloat16, torch.float16) and weight.shape[1] == K and K % _GEMM_BK == 0
-                and I % _GATE_UP_COLS == 0 and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0
-                and math.ceil(x.shape[0] / _GATE_UP_ROWS) * (I // _GATE_UP_COLS) >= self.num_sms)
-
-    def gate_up_silu(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """silu_and_mul(x @ weight^T) in one kernel (cuda_src/gate_up_silu.cu), weight the
-        fused [gate; up] projection [2I, K]: [M, I], rounded as the two ops round it."""
-        (M, K), I = x.shape, weight.shape[0] // 2
-        out = torch.empty((M, I), dtype=x.dtype, device=x.device)
-        tiles = math.ceil(M / _GATE_UP_ROWS) * (I // _GATE_UP_COLS)
-        if tiles:
-            self._k["gate_up_silu", _dtype_name(x)](min(tiles, self.num_sms), 384, x.contiguous(),
-                                                    weight.contiguous(), out, M, I, K, shared=_GATE_UP_SMEM)
-        return out
 
     def attention_inputs(self, x, residual, layer, kv_cache, step):
         s = step.shape

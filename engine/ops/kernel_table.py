@@ -72,9 +72,6 @@ CONSTANTS = {
     "GEMV_MAX_ROWS": ("gemv.cu", "MAX_ROWS", 8),
     "GEMM_BK": ("gemm.cu", "BK", 64),
     "GEMM_PAD": ("gemm.cu", "PAD", 8),
-    "GATE_UP_SILU_ROWS": ("gate_up_silu.cu", "BM", 128),
-    "GATE_UP_SILU_COLS": ("gate_up_silu.cu", "BN", 128),
-    "GATE_UP_SILU_STAGES": ("gate_up_silu.cu", "STAGES", 4),
 }
 
 
@@ -105,7 +102,6 @@ def _specs() -> list[KernelSpec]:
                       KernelSpec(("gemv_silu", dt), "gemv", f"gemv_silu_{dt}", "PPPiii"),
                       KernelSpec(("gemv_qkv_rope", dt), "gemv", f"gemv_norm_qkv_rope_{dt}", "PPPPPPiifPPPPPiii")]
             specs += [KernelSpec(("gemm", dt, tile), "gemm", tile.kernel_name(dt), "PPPiii") for tile in GEMM_TILES]
-            specs += [KernelSpec(("gate_up_silu", dt), "gate_up_silu", f"gate_up_silu_{dt}", "PPPiii")]
         specs += [KernelSpec(("prefill", dt, d, mt), "attention_prefill", f"attn_prefill_{dt}_d{d}_m{mt}",
                              "PlPPPiPPPiiif") for d, mt in PREFILL_SHAPES]
         if dt != "f32":
