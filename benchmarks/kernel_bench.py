@@ -1,13 +1,13 @@
 """Kernel micro-benchmarks: decode attention against the device copy ceiling, the
-small-batch linear layers (our fused gemv kernels against norm/activation + cuBLAS)
-and the decode GEMM at each of its tiles against cuBLAS, as a decode step's CUDA graph
-runs them (plain edges: these are the kernels' own times, not what programmatic
-launch overlaps).
+small-batch linear layers (our fused gemv kernels against norm/activation + cuBLAS),
+the decode GEMM at each of its tiles against cuBLAS, and a prefill's GEMMs in gemm_tma
+against cuBLAS, as a CUDA graph runs them (plain edges: these are the kernels' own
+times, not what programmatic launch overlaps).
 
 Times each case as replays of a CUDA graph of 20 calls (CUDA events, after warm-up,
 median of many replays); attention calls rotate over several KV caches so that
 repeated runs do not time the L2 cache.
-Usage: python3 benchmarks/kernel_bench.py [--only attention|linear|gemm]
+Usage: python3 benchmarks/kernel_bench.py [--only attention|linear|gemm|prefill_gemm]
 """
 from __future__ import annotations
 
@@ -157,7 +157,29 @@ def gemm(ops):
             print(f"{f'{M} x {K} -> {N}':<28} " + " ".join(cells) + f" {graph_us(lambda i: F.linear(x, w), stream):>8.2f}")
 
 
-SECTIONS = ("attention", "linear", "gemm")
+def prefill_gemm(ops):
+    """A prefill step's projections (SmolLM2-135M, bf16) in gemm_tma against cuBLAS; gate|up
+    with SiLU-and-mul as gemm_tma's epilogue against cuBLAS then silu_and_mul. `ops` must
+    have gemm_tma on (prefill_gemm_tma)."""
+    dt = torch.bfloat16
+    stream = ops.new_stream()
+    print(f"{'prefill GEMM (rows x K -> N)':<40} {'gemm_tma us':>12} {'TFLOP/s':>8} {'cuBLAS us':>10} {'TFLOP/s':>8}")
+    for M in (2048, 4096, 8192):
+        for name, K, N, silu in (("qkv", 576, 960, False), ("o", 576, 576, False),
+                                 ("gate_up + silu_and_mul", 576, 3072, True), ("down", 1536, 576, False)):
+            w = torch.randn(N, K, dtype=dt, device="cuda") * K ** -0.5
+            x = torch.randn(M, K, dtype=dt, device="cuda")
+            ours = graph_us(lambda i: ops.gemm_tma(x, w, silu=silu), stream)
+            if silu:
+                cublas = graph_us(lambda i: ops.silu_and_mul(F.linear(x, w)), stream)
+            else:
+                cublas = graph_us(lambda i: F.linear(x, w), stream)
+            flops = 2 * M * K * N
+            print(f"{f'{name} ({M} x {K} -> {N})':<40} {ours:>12.2f} {flops / ours / 1e6:>8.0f} {cublas:>10.2f} "
+                  f"{flops / cublas / 1e6:>8.0f}")
+
+
+SECTIONS = ("attention", "linear", "gemm", "prefill_gemm")
 
 
 def main():
@@ -169,8 +191,10 @@ def main():
             attention(CudaOps())
         elif section == "linear":
             linear(CudaOps(EngineConfig.from_env(model="", backend="cuda", gemv_max_rows=8, gemm_max_rows=256)))
-        else:
+        elif section == "gemm":
             gemm(CudaOps())
+        else:
+            prefill_gemm(CudaOps(EngineConfig.from_env(model="", backend="cuda", prefill_gemm_tma=True)))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ ENV_OVERRIDES = {"max_num_batched_tokens": ("ROADGATE_MAX_NUM_BATCHED_TOKENS", i
                  "decode_few_chunk": ("ROADGATE_DECODE_FEW_CHUNK", int),
                  "gemv_max_rows": ("ROADGATE_GEMV_MAX_ROWS", int),
                  "gemm_max_rows": ("ROADGATE_GEMM_MAX_ROWS", int),
+                 "prefill_gemm_tma": ("ROADGATE_PREFILL_GEMM_TMA", lambda v: v not in ("", "0")),
                  "cuda_debug": ("ROADGATE_CUDA_DEBUG", lambda v: v not in ("", "0")),
                  "programmatic_launch": ("ROADGATE_PROGRAMMATIC_LAUNCH", lambda v: v not in ("", "0"))}
 
@@ -91,6 +92,9 @@ class EngineConfig:
     # at 16 rows, 1.230 vs 1.397 at 32. With the wgmma tiles (session 22, context 512):
     # 1.199 vs 1.324 ms at 48 rows, 1.349 vs 1.367 at 64, 1.537 vs 1.500 at 96.
     gemm_max_rows: int = 64
+    # A prefill's GEMMs whose tiles fill the GPU in our TMA-fed GEMM (cuda_src/gemm_tma.cu),
+    # gate|up with SiLU-and-mul as its epilogue; off: cuBLAS, then silu_and_mul.
+    prefill_gemm_tma: bool = False
     cuda_debug: bool = False              # synchronize and check after every kernel launch
     # Programmatic edges between our kernels in CUDA graphs (engine.ops.pdl): a kernel's
     # blocks launch and prefetch its weights while the kernel before it still runs.

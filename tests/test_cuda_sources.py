@@ -80,11 +80,11 @@ def _kernel_definitions(source: str):
 
 def declared_kernels(source: str) -> dict[re.Pattern, list[str]]:
     """The source's `extern "C"` kernels: a pattern of the exported name -> each parameter's
-    signature letter (P pointer, l int64, f float, i int)."""
+    signature letter (P pointer, T tensor map, l int64, f float, i int)."""
     kernels = {}
     for pattern, params, _ in _kernel_definitions(source):
         params = [p.strip() for p in params.split(",") if p.strip()]
-        kernels[pattern] = ["P" if "*" in p else "l" if "int64_t" in p else "f" if p.startswith(
+        kernels[pattern] = ["P" if "*" in p else "T" if "TensorMap" in p else "l" if "int64_t" in p else "f" if p.startswith(
             ("float", "const float")) else "i" for p in params]
     return kernels
 

@@ -75,8 +75,9 @@ def build_all(arch: str) -> dict[str, Path]:
     return {src.stem: dst for src, dst in wanted.items()}
 
 
-# Kernel signatures: P pointer, i int32, l int64, f float32; PyCUDA packs them with struct.
-_STRUCT_FORMAT = {"P": "P", "i": "i", "l": "q", "f": "f"}
+# Kernel signatures: P pointer, i int32, l int64, f float32, T a tensor map by value (128
+# bytes, engine/ops/tensor_map.py); PyCUDA packs them with struct.
+_STRUCT_FORMAT = {"P": "P", "i": "i", "l": "q", "f": "f", "T": "128s"}
 
 
 @dataclass(frozen=True)

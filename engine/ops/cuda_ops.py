@@ -19,6 +19,7 @@ from engine.ops import cuda_build
 from engine.ops.base import Ops, SamplingTensors
 from engine.ops.kernel_table import (DECODE_GROUPS, GEMM_TILES, KERNELS, PREFILL_SHAPES, PREFILL_WG_SHAPES,
                                      PREFILL_WS_M_TILES, PREFILL_WS_SHAPES, GemmTile, constant)
+from engine.ops.tensor_map import swizzled_rows_map
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 _ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
@@ -49,6 +50,10 @@ _MIN_BLOCK_SIZE = constant("MIN_BLOCK_SIZE")
 _GEMV_WARPS, _GEMV_KERNEL_MAX_ROWS = constant("GEMV_WARPS"), constant("GEMV_MAX_ROWS")
 _NORM_ROWS = constant("RMS_NORM_ROWS_PER_BLOCK")
 _GEMM_BK, _GEMM_PAD = constant("GEMM_BK"), constant("GEMM_PAD")
+_TMA_ROWS, _TMA_COLS, _TMA_CLUSTER = constant("GEMM_TMA_ROWS"), constant("GEMM_TMA_COLS"), constant("GEMM_TMA_CLUSTER")
+# gemm_tma's shared memory: its stages of x rows and W rows (128 bytes a row of a K chunk), two
+# mbarriers a stage, 1 KB to align the tiles.
+_TMA_SMEM = constant("GEMM_TMA_STAGES") * ((_TMA_ROWS + _TMA_COLS) * 128 + 16) + 1024
 _SMEM_BYTES = 48 * 1024              # the gemv's x' must fit without an opt-in
 # Decode attention fetches the cached K/V of batches this small into L2 before it waits on
 # the kernel before it (a few hundred KB a layer; at larger batches the step is bandwidth-bound).
@@ -244,6 +249,7 @@ class CudaOps(Ops):
         self.prefill_ws_keys = config.prefill_ws_keys
         self.gemv_max_rows = config.gemv_max_rows
         self.gemm_max_rows = config.gemm_max_rows
+        self.prefill_gemm_tma = config.prefill_gemm_tma and arch == "sm_90a"
         try:
             cubins = cuda_build.build_all(arch)
         except RuntimeError as e:
@@ -371,13 +377,50 @@ class CudaOps(Ops):
                 weight.contiguous(), y, M, N, K, shared=_gemm_smem(tile))
         return y
 
+    def _gemm_tma_fits(self, x: torch.Tensor, weight: torch.Tensor, silu: bool = False) -> bool:
+        """Whether gemm_tma takes x @ weight^T (silu: silu_and_mul of it, weight = gate | up):
+        a prefill-sized x whose tiles give every SM one at least (decode batches keep the
+        narrower tiles of our GEMM or cuBLAS, which spread the weights over more SMs), 16-bit,
+        in the kernel's shapes, rows 16-byte aligned (the TMA unit's rule)."""
+        K, N = x.shape[-1], weight.shape[0] // (2 if silu else 1)
+        cols = _TMA_COLS // (2 if silu else 1)
+        return (self.prefill_gemm_tma and x.dim() == 2 and x.dtype == weight.dtype
+                and x.dtype in (torch.bfloat16, torch.float16) and weight.shape[1] == K and K % _GEMM_BK == 0
+                and N % (cols if silu else 8) == 0 and x.stride() == (K, 1) and weight.is_contiguous()
+                and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0
+                and math.ceil(x.shape[0] / _TMA_ROWS) * math.ceil(N / cols) >= self.num_sms)
+
+    def gemm_tma(self, x: torch.Tensor, weight: torch.Tensor, silu: bool = False) -> torch.Tensor:
+        """x [M, K] @ weight [N, K]^T in gemm_tma (cuda_src/gemm_tma.cu); silu: weight is the
+        fused [gate; up] projection [2I, K] and the result silu_and_mul's, [M, I], rounded as
+        the two ops round it."""
+        (M, K), N = x.shape, weight.shape[0] // (2 if silu else 1)
+        y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+        if M and N:
+            dt = _dtype_name(x)
+            box = _TMA_COLS // _TMA_CLUSTER          # each block of a cluster loads half a W tile
+            x_map = swizzled_rows_map(x.data_ptr(), M, K, dt, _TMA_ROWS)
+            w_map = swizzled_rows_map(weight.data_ptr(), weight.shape[0], K, dt, box)
+            pairs = math.ceil(M / (_TMA_CLUSTER * _TMA_ROWS)) * math.ceil(N / (_TMA_COLS // (2 if silu else 1)))
+            clusters = min(pairs, self.num_sms // _TMA_CLUSTER)
+            self._k["gemm_tma", dt, silu](clusters * _TMA_CLUSTER, 384, x_map, w_map, y, M, N, K, shared=_TMA_SMEM)
+        return y
+
     def linear(self, x, weight):
         K = x.shape[-1]
         if self._gemv_fits(x, weight, K):
             return self._gemv("gemv_plain", x, weight, K)
         if tile := self._gemm_tile_for(x, weight):
             return self.gemm(x, weight, tile)
+        if self._gemm_tma_fits(x, weight):
+            return self.gemm_tma(x, weight)
         return super().linear(x, weight)
+
+    def mlp_block(self, x, residual, layer, step):
+        if not self._gemm_tma_fits(x, layer.gate_up, silu=True):
+            return super().mlp_block(x, residual, layer, step)
+        normed, residual = self.rms_norm(x, layer.ffn_norm, step.shape.rms_norm_eps, residual)
+        return self.linear(self.gemm_tma(normed, layer.gate_up, silu=True), layer.down), residual
 
     def norm_linear(self, x, residual, norm_weight, eps, weight):
         K = x.shape[-1]

@@ -5,7 +5,8 @@ that each entry names an `extern "C"` kernel of its source whose parameters matc
 signature, and that each constant here is the one its source declares. A parameter or a
 constant changed on one side only fails there, not as a wrong launch on the GPU.
 
-Signatures: one letter per parameter, P pointer, i int32, l int64, f float32.
+Signatures: one letter per parameter, P pointer, i int32, l int64, f float32, T a tensor map
+(by value, first: see cuda_src/tma.cuh).
 """
 from __future__ import annotations
 
@@ -72,6 +73,10 @@ CONSTANTS = {
     "GEMV_MAX_ROWS": ("gemv.cu", "MAX_ROWS", 8),
     "GEMM_BK": ("gemm.cu", "BK", 64),
     "GEMM_PAD": ("gemm.cu", "PAD", 8),
+    "GEMM_TMA_ROWS": ("gemm_tma.cu", "BM", 128),
+    "GEMM_TMA_COLS": ("gemm_tma.cu", "BN", 256),
+    "GEMM_TMA_STAGES": ("gemm_tma.cu", "STAGES", 4),
+    "GEMM_TMA_CLUSTER": ("gemm_tma.cu", "CLUSTER", 2),
 }
 
 
@@ -102,6 +107,8 @@ def _specs() -> list[KernelSpec]:
                       KernelSpec(("gemv_silu", dt), "gemv", f"gemv_silu_{dt}", "PPPiii"),
                       KernelSpec(("gemv_qkv_rope", dt), "gemv", f"gemv_norm_qkv_rope_{dt}", "PPPPPPiifPPPPPiii")]
             specs += [KernelSpec(("gemm", dt, tile), "gemm", tile.kernel_name(dt), "PPPiii") for tile in GEMM_TILES]
+            specs += [KernelSpec(("gemm_tma", dt, silu), "gemm_tma", f"gemm_tma_{'silu' if silu else 'plain'}_{dt}",
+                                 "TTPiii") for silu in (False, True)]
         specs += [KernelSpec(("prefill", dt, d, mt), "attention_prefill", f"attn_prefill_{dt}_d{d}_m{mt}",
                              "PlPPPiPPPiiif") for d, mt in PREFILL_SHAPES]
         if dt != "f32":

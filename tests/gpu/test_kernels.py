@@ -161,6 +161,65 @@ def test_gemm_tile_takes_the_fewest_waves(ops):
     assert ops.gemm_tile(8, 960, 576).split > 1
 
 
+@pytest.fixture(scope="module")
+def ops_tma(ops):
+    """The ops with a prefill's GEMMs in gemm_tma (sm_90a only)."""
+    from engine.ops.cuda_ops import CudaOps
+    tma = CudaOps(EngineConfig.from_env(model="", backend="cuda", prefill_gemm_tma=True))
+    if not tma.prefill_gemm_tma:
+        pytest.skip("gemm_tma needs an sm_90a GPU (TMA, clusters, wgmma)")
+    return tma
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("M,K,N", [(8192, 576, 960), (8192, 1536, 576), (4133, 576, 3072), (700, 2048, 8200),
+                                   (129, 64, 8), (300, 576, 960)])
+def test_gemm_tma_against_torch(ops_tma, dtype, M, K, N):
+    """The TMA-fed GEMM against torch's float32 product and cuBLAS's, at row counts that end a
+    cluster's pair of tiles inside its first or its second tile (the second block then loads
+    rows past the matrix, which the TMA unit fills with zeros), column counts that do not fill
+    the last 256-column tile, and more tiles than the persistent blocks (each walks several;
+    an unwritten output stays NaN and fails)."""
+    w = torch.randn(N, K, dtype=dtype, device="cuda") * K ** -0.5
+    x = torch.randn(M, K, dtype=dtype, device="cuda")
+    poison_next((M, N), dtype)
+    out = ops_tma.gemm_tma(x, w)
+    assert rel_err(out, REF.linear(x.float(), w.float())) <= tol(dtype)
+    assert rel_err(out, REF.linear(x, w)) <= 2e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("M,K,I", [(8192, 576, 1536), (1500, 576, 1536), (4133, 576, 1536), (700, 2048, 8192),
+                                   (90, 64, 128)])
+def test_gemm_tma_silu_rounds_as_the_two_ops(ops_tma, dtype, M, K, I):
+    """gate|up with SiLU-and-mul as its epilogue against cuBLAS's gate|up then silu_and_mul:
+    both round gate and up to 16 bits first, so they differ only where the sums' order moved
+    one across a rounding boundary."""
+    x = torch.randn(M, K, dtype=dtype, device="cuda")
+    w = torch.randn(2 * I, K, dtype=dtype, device="cuda") * K ** -0.5 * 3
+    two = ops_tma.silu_and_mul(REF.linear(x, w))
+    poison_next((M, I), dtype)
+    fused = ops_tma.gemm_tma(x, w, silu=True)
+    assert rel_err(fused, REF.silu_and_mul(REF.linear(x.float(), w.float()))) <= tol(dtype)
+    assert rel_err(fused, two) <= 2e-3
+    assert (fused != two).float().mean().item() <= 0.02
+
+
+def test_gemm_tma_takes_prefills_that_fill_the_gpu(ops_tma, ops):
+    """gemm_tma takes a projection whose tiles give every SM one, and only where it is on;
+    decode batches (and anything else) keep our narrow GEMM or cuBLAS."""
+    x_of = lambda rows, dtype=torch.bfloat16: torch.empty(rows, 576, dtype=dtype, device="cuda")  # noqa: E731
+    gate_up = torch.empty(3072, 576, dtype=torch.bfloat16, device="cuda")
+    rows = math.ceil(ops_tma.num_sms / 12) * 128          # 12 column tiles of SmolLM2's 1,536
+    assert ops_tma._gemm_tma_fits(x_of(rows), gate_up, silu=True)
+    assert not ops_tma._gemm_tma_fits(x_of(rows - 128), gate_up, silu=True)
+    assert not ops._gemm_tma_fits(x_of(8192), gate_up, silu=True)                 # off by default
+    assert not ops_tma._gemm_tma_fits(x_of(8192, torch.float32), gate_up.float(), silu=True)
+    assert not ops_tma._gemm_tma_fits(x_of(8192), gate_up[:3000], silu=True)       # I not in 128-column tiles
+    assert not ops_tma._gemm_tma_fits(x_of(8192)[:, :512], gate_up[:, :512].contiguous())        # rows not contiguous
+    assert ops_tma._gemm_tma_fits(x_of(8192), gate_up[:960])
+
+
 def attention_layer(nh, nkv, d, dtype, H=576):
     """A layer's attention weights: norm, the packed q|k|v projection, and an identity
     output projection (the block's output is then the attention output itself)."""

@@ -1,0 +1,71 @@
+// Hopper's tensor memory accelerator (TMA) and thread-block clusters (sm_90a): tiles copied
+// from global to shared memory by one instruction, optionally into every block of a cluster
+// at once (multicast), their arrival counted in bytes on an mbarrier; and the cluster-wide
+// arrivals and barriers the blocks of a cluster use to share their stages.
+#pragma once
+#include "wgmma.cuh"
+
+// A tensor map (CUtensorMap): how the TMA unit reads boxes of a 2-D tensor, made by the
+// driver on the host (engine/ops/tensor_map.py) and passed by value as a __grid_constant__
+// kernel parameter. CUDA 13 aligns CUtensorMap to 128 bytes; kernels take their maps as
+// their first parameters, so the packed parameter buffer needs no padding before them.
+struct alignas(128) TensorMap {
+    uint64_t opaque[16];
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// This thread's arrival on `bar`, announcing `bytes` that asynchronous copies will complete.
+__device__ __forceinline__ void mbarrier_arrive_expect_bytes(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// An arrival on the barrier at shared-memory address `bar` of the cluster's block `rank`.
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar, uint32_t rank) {
+    asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar), "r"(rank)
+                 : "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t cluster_id() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%clusterid.x;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t cluster_count() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%nclusterid.x;\n" : "=r"(r));
+    return r;
+}
+// Every thread of every block of the cluster: the barriers initialised before any block
+// arrives on another's, and no block leaves while another may still write into it.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// mbarrier.init's writes, visible to the cluster's other blocks and to the TMA unit.
+__device__ __forceinline__ void fence_barrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void prefetch_tensor_map(const TensorMap& map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map)) : "memory");
+}
+// The box at (column c, row r) of `map` into this block's shared memory at `dst`; its bytes
+// complete on `bar`. Rows and columns past the tensor's arrive as zeros (and still count).
+__device__ __forceinline__ void tma_load(uint32_t dst, const TensorMap& map, int c, int r, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst), "l"(reinterpret_cast<uint64_t>(&map)), "r"(c), "r"(r),
+                 "r"(bar)
+                 : "memory");
+}
+// The same box into the same offsets of every block in `blocks` (a bit a cluster rank), each
+// block's bytes completing on its own barrier at `bar`'s offset.
+__device__ __forceinline__ void tma_load_multicast(uint32_t dst, const TensorMap& map, int c, int r, uint32_t bar,
+                                                   uint16_t blocks) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst), "l"(reinterpret_cast<uint64_t>(&map)), "r"(c),
+                 "r"(r), "r"(bar), "h"(blocks)
+                 : "memory");
+}
+#endif
