@@ -12,6 +12,7 @@ This module imports no GPU library at import time, so CPU CI can compile with it
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import importlib.util
 import os
@@ -78,6 +79,9 @@ def build_all(arch: str) -> dict[str, Path]:
 # Kernel signatures: P pointer, i int32, l int64, f float32, T a tensor map by value (128
 # bytes, engine/ops/tensor_map.py); PyCUDA packs them with struct.
 _STRUCT_FORMAT = {"P": "P", "i": "i", "l": "q", "f": "f", "T": "128s"}
+# ... and as ctypes values, for kernels launched through the driver (tensor maps).
+_CTYPES = {"P": ctypes.c_uint64, "i": ctypes.c_int32, "l": ctypes.c_int64, "f": ctypes.c_float,
+           "T": lambda b: (ctypes.c_char * len(b)).from_buffer_copy(b)}
 
 
 @dataclass(frozen=True)
@@ -146,12 +150,13 @@ class Launcher:
                                "stream or on one from CudaOps.new_stream()") from None
 
     def load(self, cubin: Path) -> "Module":
-        return Module(self, self.drv.module_from_buffer(cubin.read_bytes()))
+        image = cubin.read_bytes()
+        return Module(self, self.drv.module_from_buffer(image), image)
 
 
 class Module:
-    def __init__(self, launcher: Launcher, module):
-        self.launcher, self.module = launcher, module
+    def __init__(self, launcher: Launcher, module, image: bytes):
+        self.launcher, self.module, self.image = launcher, module, image
 
     def kernel(self, name: str, signature: str) -> "Kernel":
         return Kernel(self, name, signature)
@@ -165,6 +170,11 @@ class Kernel:
         self.launcher, self.name, self.arity = module.launcher, name, len(signature)
         self.function = module.module.get_function(name)
         self.function.prepare("".join(_STRUCT_FORMAT[c] for c in signature))
+        self.signature = signature
+        self._by_address = "T" in signature   # tensor maps: launched through the driver (driver.launch_kernel)
+        if self._by_address:
+            from engine.ops import driver
+            self._driver, self._handle = driver, driver.load_function(module.image, name)
         self._smem_limit = 0  # dynamic shared memory opted in so far
         self.registers, self.static_shared = self.function.num_regs, self.function.shared_size_bytes
 
@@ -180,13 +190,19 @@ class Kernel:
         values = [a.data_ptr() if isinstance(a, torch.Tensor) else 0 if a is None else a for a in args]
         if shared > self._smem_limit:  # static + dynamic may pass 48 KB only after this opt-in
             self.function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
+            if self._by_address:
+                self._driver.allow_dynamic_shared(self._handle, shared)
             self._smem_limit = shared
         grid = (*grid, 1, 1)[:3] if isinstance(grid, tuple) else (grid, 1, 1)
         block = (*block, 1, 1)[:3] if isinstance(block, tuple) else (block, 1, 1)
         stream = self.launcher.current_stream()
         try:
-            self.function.prepared_async_call(grid, block, stream, *values, shared_size=shared)
+            if self._by_address:
+                self._driver.launch_kernel(self._handle, grid, block, shared, stream.handle if stream else 0,
+                              [_CTYPES[c](v) for c, v in zip(self.signature, values)])
+            else:
+                self.function.prepared_async_call(grid, block, stream, *values, shared_size=shared)
             if self.launcher.debug and not torch.cuda.is_current_stream_capturing():
                 (stream or drv.Context).synchronize()
-        except drv.Error as e:
+        except (drv.Error, RuntimeError) as e:
             raise RuntimeError(f"{self.name} grid={grid} block={block}: {e}") from e
