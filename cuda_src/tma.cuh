@@ -18,10 +18,13 @@ struct alignas(128) TensorMap {
 __device__ __forceinline__ void mbarrier_arrive_expect_bytes(uint32_t bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
-// An arrival on the barrier at shared-memory address `bar` of the cluster's block `rank`.
+// An arrival on the barrier at shared-memory address `bar` of the cluster's block `rank`. Its
+// release is at CTA scope, as CUTLASS's: at cluster scope ptxas puts a MEMBAR.ALL.GPU before
+// every arrival, which cost gemm_tma ~1 µs a K chunk (session 37). What it orders, the
+// arriving warp's wgmma reads of a stage, is complete before it arrives (wgmma.wait_group).
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar, uint32_t rank) {
     asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar), "r"(rank)
+                 "mbarrier.arrive.release.cta.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar), "r"(rank)
                  : "memory");
 }
 __device__ __forceinline__ uint32_t cluster_rank() {
@@ -40,9 +43,11 @@ __device__ __forceinline__ uint32_t cluster_count() {
     return r;
 }
 // Every thread of every block of the cluster: the barriers initialised before any block
-// arrives on another's, and no block leaves while another may still write into it.
+// arrives on another's (fence_barrier_init releases the inits), and no block leaves while
+// another may still write into it. Relaxed arrivals: a releasing one is a MEMBAR.ALL.GPU
+// in every thread, which orders nothing these two meetings need.
 __device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 // mbarrier.init's writes, visible to the cluster's other blocks and to the TMA unit.
 __device__ __forceinline__ void fence_barrier_init() {
