@@ -161,6 +161,9 @@ def prefill_gemm(ops):
     """A prefill step's projections (SmolLM2-135M, bf16) in gemm_tma against cuBLAS; gate|up
     with SiLU-and-mul as gemm_tma's epilogue against cuBLAS then silu_and_mul. `ops` must
     have gemm_tma on (prefill_gemm_tma)."""
+    if not ops.prefill_gemm_tma:
+        print("prefill GEMM: skipped, gemm_tma needs an sm_90a GPU (TMA, clusters, wgmma)")
+        return
     dt = torch.bfloat16
     stream = ops.new_stream()
     print(f"{'prefill GEMM (rows x K -> N)':<40} {'gemm_tma us':>12} {'TFLOP/s':>8} {'cuBLAS us':>10} {'TFLOP/s':>8}")
