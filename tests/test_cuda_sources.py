@@ -84,8 +84,8 @@ def declared_kernels(source: str) -> dict[re.Pattern, list[str]]:
     kernels = {}
     for pattern, params, _ in _kernel_definitions(source):
         params = [p.strip() for p in params.split(",") if p.strip()]
-        kernels[pattern] = ["P" if "*" in p else "T" if "TensorMap" in p else "l" if "int64_t" in p else "f" if p.startswith(
-            ("float", "const float")) else "i" for p in params]
+        kernels[pattern] = ["P" if "*" in p else "T" if "TensorMap" in p else "l" if "int64_t" in p
+                            else "f" if p.startswith(("float", "const float")) else "i" for p in params]
     return kernels
 
 
