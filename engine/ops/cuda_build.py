@@ -189,9 +189,10 @@ class Kernel:
             raise TypeError(f"{self.name} takes {self.arity} arguments, got {len(args)}")
         values = [a.data_ptr() if isinstance(a, torch.Tensor) else 0 if a is None else a for a in args]
         if shared > self._smem_limit:  # static + dynamic may pass 48 KB only after this opt-in
-            self.function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
             if self._by_address:
                 self._driver.allow_dynamic_shared(self._handle, shared)
+            else:
+                self.function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
             self._smem_limit = shared
         grid = (*grid, 1, 1)[:3] if isinstance(grid, tuple) else (grid, 1, 1)
         block = (*block, 1, 1)[:3] if isinstance(block, tuple) else (block, 1, 1)
@@ -199,7 +200,7 @@ class Kernel:
         try:
             if self._by_address:
                 self._driver.launch_kernel(self._handle, grid, block, shared, stream.handle if stream else 0,
-                              [_CTYPES[c](v) for c, v in zip(self.signature, values)])
+                                           [_CTYPES[c](v) for c, v in zip(self.signature, values)])
             else:
                 self.function.prepared_async_call(grid, block, stream, *values, shared_size=shared)
             if self.launcher.debug and not torch.cuda.is_current_stream_capturing():

@@ -397,12 +397,13 @@ class CudaOps(Ops):
         (M, K), N = x.shape, weight.shape[0] // (2 if silu else 1)
         y = torch.empty((M, N), dtype=x.dtype, device=x.device)
         if M and N:
-            dt = _dtype_name(x)
-            box = _TMA_COLS // _TMA_CLUSTER          # each block of a cluster loads half a W tile
+            dt, cols = _dtype_name(x), _TMA_COLS // (2 if silu else 1)   # outputs a tile
             x_map = swizzled_rows_map(x.data_ptr(), M, K, dt, _TMA_ROWS)
-            w_map = swizzled_rows_map(weight.data_ptr(), weight.shape[0], K, dt, box)
-            pairs = math.ceil(M / (_TMA_CLUSTER * _TMA_ROWS)) * math.ceil(N / (_TMA_COLS // (2 if silu else 1)))
+            # Each block of a cluster loads half of the tile's W rows.
+            w_map = swizzled_rows_map(weight.data_ptr(), weight.shape[0], K, dt, _TMA_COLS // _TMA_CLUSTER)
+            pairs = math.ceil(M / (_TMA_CLUSTER * _TMA_ROWS)) * math.ceil(N / cols)
             clusters = min(pairs, self.num_sms // _TMA_CLUSTER)
+            # 384 threads: a loading warpgroup and two multiplying ones.
             self._k["gemm_tma", dt, silu](clusters * _TMA_CLUSTER, 384, x_map, w_map, y, M, N, K, shared=_TMA_SMEM)
         return y
 
