@@ -48,7 +48,7 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, T* __re
         }
         fence_barrier_init();
     }
-    cluster_sync();
+    cluster_sync_after_init();
 
     constexpr int COLS = SILU ? BN / 2 : BN;   // outputs a tile
     const int m_pairs = (M + CLUSTER * BM - 1) / (CLUSTER * BM), n_tiles = (N + COLS - 1) / COLS;
@@ -123,7 +123,7 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, T* __re
         }
     }
     __syncwarp();
-    cluster_sync();   // no block leaves while its peer may still load into it or arrive on it
+    cluster_sync_before_exit();   // no block leaves while its peer may still load into it or arrive on it
 #else
     __trap();
 #endif

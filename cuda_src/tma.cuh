@@ -42,12 +42,16 @@ __device__ __forceinline__ uint32_t cluster_count() {
     asm volatile("mov.u32 %0, %%nclusterid.x;\n" : "=r"(r));
     return r;
 }
-// Every thread of every block of the cluster: the barriers initialised before any block
-// arrives on another's (fence_barrier_init releases the inits), and no block leaves while
-// another may still write into it. Relaxed arrivals: a releasing one is a MEMBAR.ALL.GPU
-// in every thread, which orders nothing these two meetings need.
-__device__ __forceinline__ void cluster_sync() {
+// Every thread of every block of the cluster meets, once its barriers are initialised, before
+// any block arrives on another's. fence_barrier_init has released the inits, so the arrival
+// is relaxed: a releasing one is a MEMBAR.ALL.GPU in every thread.
+__device__ __forceinline__ void cluster_sync_after_init() {
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// ... and before it leaves: no block's shared memory is freed while another's arrivals on its
+// barriers may still be on their way. Those arrivals come before the releasing arrival here.
+__device__ __forceinline__ void cluster_sync_before_exit() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 // mbarrier.init's writes, visible to the cluster's other blocks and to the TMA unit.
 __device__ __forceinline__ void fence_barrier_init() {
