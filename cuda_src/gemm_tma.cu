@@ -11,31 +11,37 @@
 // of the same W tile: each has the TMA unit load its own x rows and one half of the W rows,
 // the W half multicast into both blocks, so a W tile leaves L2 once for 256 rows. Warpgroup
 // 0's first thread issues the loads, STAGES chunks of BK = 64 columns ahead; warpgroups 1 and
-// 2 multiply 64 rows each (one m64n256k16 a 16 columns) and store from their registers.
+// 2 multiply 64 rows each (one m64n256k16 a 16 columns). A warpgroup's outputs go through
+// shared memory: its threads write them there, and one has the TMA unit store them while
+// the warpgroup multiplies the next tile.
 // A stage's `full` barrier completes once its bytes have landed; its `empty` one once every
 // multiplying warp of both blocks is past it, since the next load into it writes into both.
 // Layout: x [M, K], W row-major, K % 64 == 0 and rows 16-byte aligned (the host checks);
 // plain: any N % 8 == 0; silu: N % 128 == 0.
+// y's map: boxes of 64 x 64 (tensor_map.swizzled_rows_map(..., box_rows=64)).
 // Launch: grid = 2 x clusters, block = 384, dynamic smem = _TMA_SMEM (cuda_ops.py).
 // Kernels: gemm_tma_plain_<dtype>, gemm_tma_silu_<dtype>.
 #include "tma.cuh"
 
 namespace {
-constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4, CLUSTER = 2, PRODUCERS = 128, CONSUMERS = 256;
+constexpr int BM = 128, BN = 256, BK = 64, STAGES = 3, CLUSTER = 2, PRODUCERS = 128, CONSUMERS = 256;
 constexpr int ROW = BK * 2;                                  // bytes: one swizzled 128-byte row
 constexpr int A_BYTES = BM * ROW, B_HALF = BN / 2 * ROW, STAGE = A_BYTES + 2 * B_HALF;
+// A warpgroup's staged outputs: up to BN / 64 boxes of 64 x 64 values (one y map box each).
+constexpr int OUT_BOX = 64 * ROW, OUT_BYTES = BN / 64 * OUT_BOX;
 constexpr int RELEASES = CLUSTER * CONSUMERS / 32;           // a stage is free: every multiplying warp
 // The loading warpgroup needs few registers, the multiplying ones a 64 x 256 fp32 accumulator
-// (128) and its addressing: 40 x 128 + 232 x 256 fits the SM's 64K.
+// (128) and its addressing: 40 x 128 + 232 x 256 fits the SM's 64K. Three stages and the two
+// warpgroups' staged outputs fill 208 of the SM's 227 KB.
 constexpr int LOADER_REGS = 40, MULTIPLIER_REGS = 232;
 }
 
 template <typename T, bool SILU>
-__device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, T* __restrict__ y, int M, int N, int K) {
+__device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, const TensorMap& y_map, int M, int N, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_unaligned[];
     const uint32_t base = smem_address(smem_unaligned);
-    const uint32_t stages = base + (-base & 1023), bars = stages + STAGES * STAGE;   // tiles 1024-aligned
+    const uint32_t stages = base + (-base & 1023), staging = stages + STAGES * STAGE, bars = staging + 2 * OUT_BYTES;   // tiles 1024-aligned
     auto a_tile = [&](int s) { return stages + s * STAGE; };
     auto b_tile = [&](int s) { return a_tile(s) + A_BYTES; };
     auto full = [&](int s) { return bars + 8 * s; };
@@ -64,6 +70,7 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, T* __re
         if (threadIdx.x == 0) {
             prefetch_tensor_map(x_map);
             prefetch_tensor_map(w_map);
+            prefetch_tensor_map(y_map);
             int it = 0;
             for (int w = cluster_id(); w < work; w += cluster_count()) {
                 const int n_tile = w / m_pairs, m0 = m0_of(w);
@@ -104,23 +111,36 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, T* __re
             wgmma_wait<0>();
             fence_registers(acc);
             release((it - 1) % STAGES);
-            // This lane's outputs: rows g and g + 8 of its warp's 16, columns 2q, 2q + 1 of each 8.
-            const int row = m0 + cw * 64 + warp * 16 + lane / 4, col = n_tile * COLS + lane % 4 * 2;
+            // Stage this warpgroup's 64 x COLS outputs in shared memory as boxes of 64 x 64 in the
+            // 128-byte swizzle (conflict-free: a warp's lanes write 32 different banks), then
+            // one thread has the TMA unit store them while the next tile multiplies.
+            const uint32_t out = staging + cw * OUT_BYTES;
+            const bool storer = threadIdx.x % 128 == 0;
+            if (storer) tma_store_wait_read();   // the last tile's boxes have left
+            named_barrier_sync(1 + cw, 128);
 #pragma unroll
             for (int nt = 0; nt < COLS / 8; ++nt)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    const int r = row + 8 * h, n = col + nt * 8;
-                    if (r >= M || n >= N) continue;
+                    const int r = warp * 16 + lane / 4 + 8 * h;
                     float o[2];
 #pragma unroll
                     for (int e = 0; e < 2; ++e)
                         o[e] = SILU ? silu_times<T>(to_float(from_float<T>(acc[nt][2 * h + e])),
                                                     to_float(from_float<T>(acc[COLS / 8 + nt][2 * h + e])))
                                     : acc[nt][2 * h + e];
-                    *reinterpret_cast<uint32_t*>(y + (int64_t)r * N + n) = pack2<T>(o[0], o[1]);
+                    st_shared_u32(out + nt / 8 * OUT_BOX + r * ROW + ((nt % 8) ^ (r % 8)) * 16 + lane % 4 * 4,
+                                  pack2<T>(o[0], o[1]));
                 }
+            fence_proxy_async_shared();   // the generic-proxy writes, visible to the TMA unit
+            named_barrier_sync(1 + cw, 128);
+            if (storer) {
+#pragma unroll
+                for (int b = 0; b < COLS / 64; ++b) tma_store(y_map, out + b * OUT_BOX, n_tile * COLS + b * 64, m0 + cw * 64);
+                tma_store_commit();
+            }
         }
+        if (threadIdx.x % 128 == 0) tma_store_wait();   // every box written before the block leaves
     }
     __syncwarp();
     cluster_sync_before_exit();   // no block leaves while its peer may still load into it or arrive on it
@@ -131,10 +151,10 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, T* __re
 
 #define GEMM_TMA(T, N, SILU, KIND)                                                                          \
     extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(PRODUCERS + CONSUMERS, 1) \
-        gemm_tma_##KIND##N(const __grid_constant__ TensorMap x_map, const __grid_constant__ TensorMap w_map, T* y,  \
+        gemm_tma_##KIND##N(const __grid_constant__ TensorMap x_map, const __grid_constant__ TensorMap w_map, const __grid_constant__ TensorMap y_map,\
                    int M, int Nout, int K) {                                                               \
         pdl_start();                                                                                        \
-        gemm_tma<T, SILU>(x_map, w_map, y, M, Nout, K);                                                     \
+        gemm_tma<T, SILU>(x_map, w_map, y_map, M, Nout, K);                                                     \
     }
 GEMM_TMA(bf16, bf16, false, plain_) GEMM_TMA(f16, f16, false, plain_)
 GEMM_TMA(bf16, bf16, true, silu_) GEMM_TMA(f16, f16, true, silu_)

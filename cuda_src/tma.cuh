@@ -77,4 +77,24 @@ __device__ __forceinline__ void tma_load_multicast(uint32_t dst, const TensorMap
                  "r"(r), "r"(bar), "h"(blocks)
                  : "memory");
 }
+// The box at (column c, row r) of `map` from this block's shared memory at `src`, by the TMA
+// unit (rows and columns past the tensor's are not written); committed as a bulk group.
+__device__ __forceinline__ void tma_store(const TensorMap& map, uint32_t src, int c, int r) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
+                 ::"l"(reinterpret_cast<uint64_t>(&map)), "r"(src), "r"(c), "r"(r) : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// This thread's committed stores have read their shared memory (it may be written again).
+__device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+// ... and have written global memory.
+__device__ __forceinline__ void tma_store_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// This thread's shared-memory writes, visible to the TMA unit (the async proxy).
+__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void st_shared_u32(uint32_t address, uint32_t value) {
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(address), "r"(value) : "memory");
+}
+// `threads` threads (whole warps) meet at named barrier `id` (0 is __syncthreads').
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 #endif

@@ -52,8 +52,9 @@ _NORM_ROWS = constant("RMS_NORM_ROWS_PER_BLOCK")
 _GEMM_BK, _GEMM_PAD = constant("GEMM_BK"), constant("GEMM_PAD")
 _TMA_ROWS, _TMA_COLS, _TMA_CLUSTER = constant("GEMM_TMA_ROWS"), constant("GEMM_TMA_COLS"), constant("GEMM_TMA_CLUSTER")
 # gemm_tma's shared memory: its stages of x rows and W rows (128 bytes a row of a K chunk), two
-# mbarriers a stage, 1 KB to align the tiles.
-_TMA_SMEM = constant("GEMM_TMA_STAGES") * ((_TMA_ROWS + _TMA_COLS) * 128 + 16) + 1024
+# mbarriers a stage, each multiplying warpgroup's staged outputs (64 rows of a tile's 16-bit
+# columns), 1 KB to align the tiles.
+_TMA_SMEM = constant("GEMM_TMA_STAGES") * ((_TMA_ROWS + _TMA_COLS) * 128 + 16) + 2 * 64 * _TMA_COLS * 2 + 1024
 _SMEM_BYTES = 48 * 1024              # the gemv's x' must fit without an opt-in
 # Decode attention fetches the cached K/V of batches this small into L2 before it waits on
 # the kernel before it (a few hundred KB a layer; at larger batches the step is bandwidth-bound).
@@ -401,10 +402,12 @@ class CudaOps(Ops):
             x_map = swizzled_rows_map(x.data_ptr(), M, K, dt, _TMA_ROWS)
             # Each block of a cluster loads half of the tile's W rows.
             w_map = swizzled_rows_map(weight.data_ptr(), weight.shape[0], K, dt, _TMA_COLS // _TMA_CLUSTER)
+            y_map = swizzled_rows_map(y.data_ptr(), M, N, dt, 64)   # the boxes a warpgroup stores
             pairs = math.ceil(M / (_TMA_CLUSTER * _TMA_ROWS)) * math.ceil(N / cols)
             clusters = min(pairs, self.num_sms // _TMA_CLUSTER)
             # 384 threads: a loading warpgroup and two multiplying ones.
-            self._k["gemm_tma", dt, silu](clusters * _TMA_CLUSTER, 384, x_map, w_map, y, M, N, K, shared=_TMA_SMEM)
+            self._k["gemm_tma", dt, silu](clusters * _TMA_CLUSTER, 384, x_map, w_map, y_map, M, N, K,
+                                           shared=_TMA_SMEM)
         return y
 
     def linear(self, x, weight):

@@ -75,7 +75,7 @@ CONSTANTS = {
     "GEMM_PAD": ("gemm.cu", "PAD", 8),
     "GEMM_TMA_ROWS": ("gemm_tma.cu", "BM", 128),
     "GEMM_TMA_COLS": ("gemm_tma.cu", "BN", 256),
-    "GEMM_TMA_STAGES": ("gemm_tma.cu", "STAGES", 4),
+    "GEMM_TMA_STAGES": ("gemm_tma.cu", "STAGES", 3),
     "GEMM_TMA_CLUSTER": ("gemm_tma.cu", "CLUSTER", 2),
 }
 
@@ -108,7 +108,7 @@ def _specs() -> list[KernelSpec]:
                       KernelSpec(("gemv_qkv_rope", dt), "gemv", f"gemv_norm_qkv_rope_{dt}", "PPPPPPiifPPPPPiii")]
             specs += [KernelSpec(("gemm", dt, tile), "gemm", tile.kernel_name(dt), "PPPiii") for tile in GEMM_TILES]
             specs += [KernelSpec(("gemm_tma", dt, silu), "gemm_tma", f"gemm_tma_{'silu' if silu else 'plain'}_{dt}",
-                                 "TTPiii") for silu in (False, True)]
+                                 "TTTiii") for silu in (False, True)]
         specs += [KernelSpec(("prefill", dt, d, mt), "attention_prefill", f"attn_prefill_{dt}_d{d}_m{mt}",
                              "PlPPPiPPPiiif") for d, mt in PREFILL_SHAPES]
         if dt != "f32":
