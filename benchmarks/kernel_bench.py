@@ -24,7 +24,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine.config import EngineConfig  # noqa: E402
 from engine.ops.base import AttentionMetadata  # noqa: E402
-from engine.ops.cuda_ops import CudaOps  # noqa: E402
+from engine.ops.cuda_ops import CudaOps, gemm_tma_width  # noqa: E402
 
 COPY_CEILING = 4.26e12  # bytes/s, device-to-device copy measured on the H200 (GPU-HOST.md)
 
@@ -166,20 +166,24 @@ def prefill_gemm(ops):
         return
     dt = torch.bfloat16
     stream = ops.new_stream()
-    print(f"{'prefill GEMM (rows x K -> N)':<40} {'gemm_tma us':>12} {'TFLOP/s':>8} {'cuBLAS us':>10} {'TFLOP/s':>8}")
+    print(f"{'prefill GEMM (rows x K -> N)':<40} {'gemm_tma us':>12} {'TFLOP/s':>8} {'cuBLAS us':>10} {'TFLOP/s':>8}"
+          "   gemm_tma at 256 | 192 (* the one it takes)")
     for M in (2048, 4096, 8192):
         for name, K, N, silu in (("qkv", 576, 960, False), ("o", 576, 576, False),
                                  ("gate_up + silu_and_mul", 576, 3072, True), ("down", 1536, 576, False)):
             w = torch.randn(N, K, dtype=dt, device="cuda") * K ** -0.5
             x = torch.randn(M, K, dtype=dt, device="cuda")
             ours = graph_us(lambda i: ops.gemm_tma(x, w, silu=silu), stream)
+            widths = "" if silu else " | ".join(
+                f"{graph_us(lambda i: ops.gemm_tma(x, w, width=width), stream):.2f}"
+                f"{'*' if width == gemm_tma_width(M, N, ops.num_sms) else ''}" for width in (256, 192))
             if silu:
                 cublas = graph_us(lambda i: ops.silu_and_mul(F.linear(x, w)), stream)
             else:
                 cublas = graph_us(lambda i: F.linear(x, w), stream)
             flops = 2 * M * K * N
             print(f"{f'{name} ({M} x {K} -> {N})':<40} {ours:>12.2f} {flops / ours / 1e6:>8.0f} {cublas:>10.2f} "
-                  f"{flops / cublas / 1e6:>8.0f}")
+                  f"{flops / cublas / 1e6:>8.0f}   {widths}")
 
 
 SECTIONS = ("attention", "linear", "gemm", "prefill_gemm")

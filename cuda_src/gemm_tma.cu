@@ -6,12 +6,13 @@
 // never reaches memory.
 //
 // Warp-specialized and persistent, in clusters of two blocks (one an SM). A block's tile is
-// BM = 128 rows of x by BN = 256 rows of W (plain: 256 outputs; silu: 128 gate rows and the
-// matching 128 up rows, 128 outputs). The cluster's two blocks take two neighbouring row tiles
+// BM = 128 rows of x by BN rows of W: 256 (plain: 256 outputs; silu: 128 gate rows and the
+// matching 128 up rows, 128 outputs) or, plain only, 192, where N's tiles of 256 would waste
+// columns or leave SMs idle in the last round (the host picks). The cluster's two blocks take two neighbouring row tiles
 // of the same W tile: each has the TMA unit load its own x rows and one half of the W rows,
 // the W half multicast into both blocks, so a W tile leaves L2 once for 256 rows. Warpgroup
 // 0's first thread issues the loads, STAGES chunks of BK = 64 columns ahead; warpgroups 1 and
-// 2 multiply 64 rows each (one m64n256k16 a 16 columns). A warpgroup's outputs go through
+// 2 multiply 64 rows each (one m64nBNk16 a 16 columns). A warpgroup's outputs go through
 // shared memory: its threads write them there, and one has the TMA unit store them while
 // the warpgroup multiplies the next tile.
 // A stage's `full` barrier completes once its bytes have landed; its `empty` one once every
@@ -20,28 +21,38 @@
 // plain: any N % 8 == 0; silu: N % 128 == 0.
 // y's map: boxes of 64 x 64 (tensor_map.swizzled_rows_map(..., box_rows=64)).
 // Launch: grid = 2 x clusters, block = 384, dynamic smem = _TMA_SMEM (cuda_ops.py).
-// Kernels: gemm_tma_plain_<dtype>, gemm_tma_silu_<dtype>.
+// Kernels: gemm_tma_plain_<dtype>, gemm_tma_narrow_<dtype> (BN = 192), gemm_tma_silu_<dtype>.
 #include "tma.cuh"
 
 namespace {
-constexpr int BM = 128, BN = 256, BK = 64, STAGES = 3, CLUSTER = 2, PRODUCERS = 128, CONSUMERS = 256;
+constexpr int BM = 128, WIDE_BN = 256, NARROW_BN = 192, BK = 64, CLUSTER = 2, PRODUCERS = 128, CONSUMERS = 256;
 constexpr int ROW = BK * 2;                                  // bytes: one swizzled 128-byte row
-constexpr int A_BYTES = BM * ROW, B_HALF = BN / 2 * ROW, STAGE = A_BYTES + 2 * B_HALF;
-// A warpgroup's staged outputs: up to BN / 64 boxes of 64 x 64 values (one y map box each).
-constexpr int OUT_BOX = 64 * ROW, OUT_BYTES = BN / 64 * OUT_BOX;
+constexpr int OUT_BOX = 64 * ROW;                            // 64 x 64 staged outputs: one box of y's map
 constexpr int RELEASES = CLUSTER * CONSUMERS / 32;           // a stage is free: every multiplying warp
-// The loading warpgroup needs few registers, the multiplying ones a 64 x 256 fp32 accumulator
-// (128) and its addressing: 40 x 128 + 232 x 256 fits the SM's 64K. Three stages and the two
-// warpgroups' staged outputs fill 208 of the SM's 227 KB.
+// Shared memory for the stages and the staged outputs, at either width: 3 stages at 256, 4 at 192.
+constexpr int TILE_BYTES = 212992;
+// The loading warpgroup needs few registers, the multiplying ones a 64 x BN fp32 accumulator
+// (up to 128) and its addressing: 40 x 128 + 232 x 256 fits the SM's 64K.
 constexpr int LOADER_REGS = 40, MULTIPLIER_REGS = 232;
+
+// A tile width's shared memory: a stage is BM rows of x and BN of W (one half loaded by each
+// block of the cluster); a multiplying warpgroup stages up to BN / 64 boxes of outputs.
+template <int BN_> struct Tiles {
+    static constexpr int A_BYTES = BM * ROW, B_HALF = BN_ / 2 * ROW, STAGE = A_BYTES + 2 * B_HALF;
+    static constexpr int OUT_BYTES = BN_ / 64 * OUT_BOX, STAGES = (TILE_BYTES - 2 * OUT_BYTES) / STAGE;
+    // The 128-byte swizzle repeats every 1024 bytes: every tile and W half starts on one.
+    static_assert(B_HALF % 1024 == 0 && STAGE % 1024 == 0 && OUT_BOX % 1024 == 0 && STAGES >= 3);
+};
 }
 
-template <typename T, bool SILU>
+template <typename T, bool SILU, int BN>
 __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, const TensorMap& y_map, int M, int N, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using L = Tiles<BN>;
+    constexpr int STAGES = L::STAGES, STAGE = L::STAGE, A_BYTES = L::A_BYTES, B_HALF = L::B_HALF;
     extern __shared__ unsigned char smem_unaligned[];
     const uint32_t base = smem_address(smem_unaligned);
-    const uint32_t stages = base + (-base & 1023), staging = stages + STAGES * STAGE, bars = staging + 2 * OUT_BYTES;   // tiles 1024-aligned
+    const uint32_t stages = base + (-base & 1023), staging = stages + STAGES * STAGE, bars = staging + 2 * L::OUT_BYTES;   // tiles 1024-aligned
     auto a_tile = [&](int s) { return stages + s * STAGE; };
     auto b_tile = [&](int s) { return a_tile(s) + A_BYTES; };
     auto full = [&](int s) { return bars + 8 * s; };
@@ -114,7 +125,7 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, const T
             // Stage this warpgroup's 64 x COLS outputs in shared memory as boxes of 64 x 64 in the
             // 128-byte swizzle (conflict-free: a warp's lanes write 32 different banks), then
             // one thread has the TMA unit store them while the next tile multiplies.
-            const uint32_t out = staging + cw * OUT_BYTES;
+            const uint32_t out = staging + cw * L::OUT_BYTES;
             const bool storer = threadIdx.x % 128 == 0;
             if (storer) tma_store_wait_read();   // the last tile's boxes have left
             named_barrier_sync(1 + cw, 128);
@@ -149,12 +160,13 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, const T
 #endif
 }
 
-#define GEMM_TMA(T, N, SILU, KIND)                                                                          \
+#define GEMM_TMA(T, N, SILU, BN, KIND)                                                                          \
     extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(PRODUCERS + CONSUMERS, 1) \
         gemm_tma_##KIND##N(const __grid_constant__ TensorMap x_map, const __grid_constant__ TensorMap w_map, const __grid_constant__ TensorMap y_map,\
                    int M, int Nout, int K) {                                                               \
         pdl_start();                                                                                        \
-        gemm_tma<T, SILU>(x_map, w_map, y_map, M, Nout, K);                                                     \
+        gemm_tma<T, SILU, BN>(x_map, w_map, y_map, M, Nout, K);                                                     \
     }
-GEMM_TMA(bf16, bf16, false, plain_) GEMM_TMA(f16, f16, false, plain_)
-GEMM_TMA(bf16, bf16, true, silu_) GEMM_TMA(f16, f16, true, silu_)
+GEMM_TMA(bf16, bf16, false, WIDE_BN, plain_) GEMM_TMA(f16, f16, false, WIDE_BN, plain_)
+GEMM_TMA(bf16, bf16, false, NARROW_BN, narrow_) GEMM_TMA(f16, f16, false, NARROW_BN, narrow_)
+GEMM_TMA(bf16, bf16, true, WIDE_BN, silu_) GEMM_TMA(f16, f16, true, WIDE_BN, silu_)

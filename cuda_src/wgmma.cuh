@@ -86,34 +86,37 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
     WGMMA_FRAG(d, 0), WGMMA_FRAG(d, 1), WGMMA_FRAG(d, 2), WGMMA_FRAG(d, 3), WGMMA_FRAG(d, 4), WGMMA_FRAG(d, 5), \
         WGMMA_FRAG(d, 6), WGMMA_FRAG(d, 7)
 
-// The 64 x 128 one (m64n128k16): 16 fragments, operands %0 .. %63.
-#define WGMMA_D128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-                   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-                   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-                   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+// The 64 x 128, 64 x 192 and 64 x 256 ones (m64n128k16 ...): 16, 24 or 32 fragments, operands
+// %0 .. %63, %95 or %127; each list the one before it and 32 more.
+#define WGMMA_R64                                                                      \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "           \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WGMMA_R96                                                                      \
+    WGMMA_R64 ", "                                                                     \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define WGMMA_D128 "{" WGMMA_R64 "}"
+#define WGMMA_D192 "{" WGMMA_R96 "}"
+#define WGMMA_D256                                                                                    \
+    "{" WGMMA_R96 ", "                                                                                \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "    \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
 #define WGMMA_ACC128(d)                                                                                      \
     WGMMA_ACC(d), WGMMA_FRAG(d, 8), WGMMA_FRAG(d, 9), WGMMA_FRAG(d, 10), WGMMA_FRAG(d, 11), WGMMA_FRAG(d, 12), \
         WGMMA_FRAG(d, 13), WGMMA_FRAG(d, 14), WGMMA_FRAG(d, 15)
-
-// The 64 x 256 one (m64n256k16): 32 fragments, operands %0 .. %127.
-#define WGMMA_D256 "{" \
-                   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-                   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-                   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-                   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
-                   "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
-                   "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
-                   "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
-                   "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
-#define WGMMA_ACC256(d)                                                                                        \
+#define WGMMA_ACC192(d)                                                                                        \
     WGMMA_ACC128(d), WGMMA_FRAG(d, 16), WGMMA_FRAG(d, 17), WGMMA_FRAG(d, 18), WGMMA_FRAG(d, 19), WGMMA_FRAG(d, 20), \
-        WGMMA_FRAG(d, 21), WGMMA_FRAG(d, 22), WGMMA_FRAG(d, 23), WGMMA_FRAG(d, 24), WGMMA_FRAG(d, 25),             \
+        WGMMA_FRAG(d, 21), WGMMA_FRAG(d, 22), WGMMA_FRAG(d, 23)
+#define WGMMA_ACC256(d)                                                                                        \
+    WGMMA_ACC192(d), WGMMA_FRAG(d, 24), WGMMA_FRAG(d, 25),                                                      \
         WGMMA_FRAG(d, 26), WGMMA_FRAG(d, 27), WGMMA_FRAG(d, 28), WGMMA_FRAG(d, 29), WGMMA_FRAG(d, 30),             \
         WGMMA_FRAG(d, 31)
 
 // Wgmma<Op>: the m64nNk16 multiplies with 16-bit operands of type Op, fp32 accumulation.
 //   ss(d, a, b, accumulate): d (+)= a b, a and b descriptors of K-major tiles; accumulate = 0
-//                            overwrites d; N = 64, 128 or 256 by d's fragments (8, 16 or 32).
+//                            overwrites d; N = 64, 128, 192 or 256 by d's fragments (8 ... 32).
 //   rs_mn(d, a, b):          d += a b, a this warp's 16 x 16 rows in registers (the mma.sync A
 //                            fragment), b the descriptor of an MN-major tile (K rows of N values).
 template <typename Op> struct Wgmma;
@@ -131,6 +134,7 @@ template <typename Op> struct Wgmma;
     template <> struct Wgmma<OP> {                                                                             \
         WGMMA_SS(NAME, 64, 8, WGMMA_D, WGMMA_ACC, "%32", "%33", "%34")                                         \
         WGMMA_SS(NAME, 128, 16, WGMMA_D128, WGMMA_ACC128, "%64", "%65", "%66")                                 \
+        WGMMA_SS(NAME, 192, 24, WGMMA_D192, WGMMA_ACC192, "%96", "%97", "%98")                                 \
         WGMMA_SS(NAME, 256, 32, WGMMA_D256, WGMMA_ACC256, "%128", "%129", "%130")                              \
         static __device__ __forceinline__ void rs_mn(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {  \
             asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                            \

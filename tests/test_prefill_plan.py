@@ -1,10 +1,11 @@
 """The prefill step's plan on the host (engine.ops.cuda_ops.PrefillTiles): the K/V tiles each
-row of the prefill grid reads, and how the wgmma kernel splits the longest tiles' keys. Pure
-numpy, so checked here without a GPU; tests/gpu/test_kernels.py runs the split kernel."""
+row of the prefill grid reads, and how the wgmma kernel splits the longest tiles' keys; and
+the tile width gemm_tma takes for a projection. Pure numpy and arithmetic, so checked here
+without a GPU; tests/gpu/test_kernels.py runs the kernels."""
 import numpy as np
 import pytest
 
-from engine.ops.cuda_ops import PrefillTiles
+from engine.ops.cuda_ops import PrefillTiles, gemm_tma_width
 
 H200_SLOTS = {1: 528, 2: 264, 3: 132}   # 132 SMs: 4 blocks of 64 query rows an SM, 2 of 128, 1 of 192
 
@@ -94,3 +95,19 @@ def test_a_lone_short_prompt_is_the_one_whose_split_blocks_fit_one_wave_of_the_6
     assert fits == {(600,): True, (1000,): True, (100, 200): True, (1025,): False, (1500,): False,
                     (2000,): False, (1000,) * 8: False}
     assert plan([4000], [4000]).blocks(9, 3, H200_SLOTS[3]) == 9 * 21     # unsplit: its tiles
+
+
+@pytest.mark.parametrize("M,N,width", [
+    (8192, 576, 192),    # o, down: 256 wastes a quarter of the last tile; 3 tiles of 192 fit exactly
+    (8192, 960, 256),    # q|k|v: 128 pairs of tiles of 256 are 2 rounds on 66 clusters, 160 of 192 would be 3
+    (4096, 960, 256),    # 64 pairs: 1 round of 256 against 80 pairs, 2 rounds of 192
+    (2048, 960, 192),    # 32 pairs of 256 or 40 of 192: one round either way, the narrower one shorter
+    (64 * 1000, 960, 192),   # 16 rounds of 256 against 19 of 192: 4,096 W rows against 3,648
+])
+def test_gemm_tma_takes_the_width_whose_rounds_are_shortest(M, N, width):
+    assert gemm_tma_width(M, N, num_sms=132) == width
+
+
+def test_gemm_tma_keeps_the_wide_tile_on_a_tie():
+    # 50 pairs of row tiles: 150 work items of 256 (3 rounds on 66 clusters) or 200 of 192 (4)
+    assert gemm_tma_width(50 * 256, 768, num_sms=132) == 256

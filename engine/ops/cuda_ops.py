@@ -51,10 +51,10 @@ _GEMV_WARPS, _GEMV_KERNEL_MAX_ROWS = constant("GEMV_WARPS"), constant("GEMV_MAX_
 _NORM_ROWS = constant("RMS_NORM_ROWS_PER_BLOCK")
 _GEMM_BK, _GEMM_PAD = constant("GEMM_BK"), constant("GEMM_PAD")
 _TMA_ROWS, _TMA_COLS, _TMA_CLUSTER = constant("GEMM_TMA_ROWS"), constant("GEMM_TMA_COLS"), constant("GEMM_TMA_CLUSTER")
-# gemm_tma's shared memory: its stages of x rows and W rows (128 bytes a row of a K chunk), two
-# mbarriers a stage, each multiplying warpgroup's staged outputs (64 rows of a tile's 16-bit
-# columns), 1 KB to align the tiles.
-_TMA_SMEM = constant("GEMM_TMA_STAGES") * ((_TMA_ROWS + _TMA_COLS) * 128 + 16) + 2 * 64 * _TMA_COLS * 2 + 1024
+_TMA_NARROW_COLS = constant("GEMM_TMA_NARROW_COLS")
+# gemm_tma's shared memory: its stages and staged outputs, two mbarriers for each of at most 4
+# stages, 1 KB to align the tiles.
+_TMA_SMEM = constant("GEMM_TMA_TILE_BYTES") + 4 * 16 + 1024
 _SMEM_BYTES = 48 * 1024              # the gemv's x' must fit without an opt-in
 # Decode attention fetches the cached K/V of batches this small into L2 before it waits on
 # the kernel before it (a few hundred KB a layer; at larger batches the step is bandwidth-bound).
@@ -216,6 +216,20 @@ def _prefill_ws_smem(m_tiles: int, keys: int = _PREFILL_KEYS) -> int:
     and V, a full and an empty mbarrier a stage; 1 KB for alignment."""
     return (m_tiles * _PREFILL_ROWS_PER_M_TILE + _PREFILL_WS_STAGES * 2 * keys) * 64 * 2 \
         + _PREFILL_WS_STAGES * 2 * 8 + 1024
+
+
+def gemm_tma_pairs(M: int, N: int, cols: int) -> int:
+    """gemm_tma's work items: pairs of 128-row tiles (a cluster's) by tiles of `cols` outputs."""
+    return math.ceil(M / (_TMA_CLUSTER * _TMA_ROWS)) * math.ceil(N / cols)
+
+
+def gemm_tma_width(M: int, N: int, num_sms: int) -> int:
+    """gemm_tma's tile width (W rows) for a plain [M, K] x [N, K]^T: the one whose rounds of
+    tiles over the SMs add up to the fewest W rows (a round takes about as long as a tile,
+    in proportion to its width); 256 on a tie. 192 where 256 would waste columns (N = 576)
+    or leave a last round mostly idle."""
+    clusters = num_sms // _TMA_CLUSTER
+    return min((_TMA_COLS, _TMA_NARROW_COLS), key=lambda width: math.ceil(gemm_tma_pairs(M, N, width) / clusters) * width)
 
 
 class CudaOps(Ops):
@@ -391,24 +405,30 @@ class CudaOps(Ops):
                 and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0
                 and math.ceil(x.shape[0] / _TMA_ROWS) * math.ceil(N / cols) >= self.num_sms)
 
-    def gemm_tma(self, x: torch.Tensor, weight: torch.Tensor, silu: bool = False) -> torch.Tensor:
+    def gemm_tma(self, x: torch.Tensor, weight: torch.Tensor, silu: bool = False,
+                 width: int | None = None) -> torch.Tensor:
         """x [M, K] @ weight [N, K]^T in gemm_tma (cuda_src/gemm_tma.cu); silu: weight is the
         fused [gate; up] projection [2I, K] and the result silu_and_mul's, [M, I], rounded as
-        the two ops round it."""
+        the two ops round it. `width`: W rows a tile, 256 or (plain only) 192; by default
+        gemm_tma_width's."""
         (M, K), N = x.shape, weight.shape[0] // (2 if silu else 1)
         y = torch.empty((M, N), dtype=x.dtype, device=x.device)
         if M and N:
-            dt, cols = _dtype_name(x), _TMA_COLS // (2 if silu else 1)   # outputs a tile
+            dt = _dtype_name(x)
+            width = _TMA_COLS if silu else width or gemm_tma_width(M, N, self.num_sms)   # W rows a tile
+            cols = width // (2 if silu else 1)                          # outputs a tile
             x_map = swizzled_rows_map(x.data_ptr(), M, K, dt, _TMA_ROWS)
             # Each block of a cluster loads half of the tile's W rows.
-            w_map = swizzled_rows_map(weight.data_ptr(), weight.shape[0], K, dt, _TMA_COLS // _TMA_CLUSTER)
+            w_map = swizzled_rows_map(weight.data_ptr(), weight.shape[0], K, dt, width // _TMA_CLUSTER)
             y_map = swizzled_rows_map(y.data_ptr(), M, N, dt, 64)   # the boxes a warpgroup stores
-            pairs = math.ceil(M / (_TMA_CLUSTER * _TMA_ROWS)) * math.ceil(N / cols)
-            clusters = min(pairs, self.num_sms // _TMA_CLUSTER)
+            clusters = min(gemm_tma_pairs(M, N, cols), self.num_sms // _TMA_CLUSTER)
+            kind = "silu" if silu else "plain" if width == _TMA_COLS else "narrow"
             # 384 threads: a loading warpgroup and two multiplying ones.
-            self._k["gemm_tma", dt, silu](clusters * _TMA_CLUSTER, 384, x_map, w_map, y_map, M, N, K,
+            self._k["gemm_tma", dt, kind](clusters * _TMA_CLUSTER, 384, x_map, w_map, y_map, M, N, K,
                                            shared=_TMA_SMEM)
         return y
+
+
 
     def linear(self, x, weight):
         K = x.shape[-1]

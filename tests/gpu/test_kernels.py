@@ -171,19 +171,21 @@ def ops_tma(ops):
     return tma
 
 
+@pytest.mark.parametrize("width", [256, 192])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("M,K,N", [(8192, 576, 960), (8192, 1536, 576), (4133, 576, 3072), (700, 2048, 8200),
                                    (129, 64, 8), (300, 576, 960)])
-def test_gemm_tma_against_torch(ops_tma, dtype, M, K, N):
-    """The TMA-fed GEMM against torch's float32 product and cuBLAS's, at row counts that end a
-    cluster's pair of tiles inside its first or its second tile (the second block then loads
-    rows past the matrix, which the TMA unit fills with zeros), column counts that do not fill
-    the last 256-column tile, and more tiles than the persistent blocks (each walks several;
-    an unwritten output stays NaN and fails)."""
+def test_gemm_tma_against_torch(ops_tma, dtype, M, K, N, width):
+    """The TMA-fed GEMM at either tile width against torch's float32 product and cuBLAS's, at
+    row counts that end a cluster's pair of tiles inside its first or its second tile (the
+    second block then loads rows past the matrix, which the TMA unit fills with zeros, and
+    stores rows that the TMA unit drops), column counts that end inside the last tile or
+    leave its last boxes wholly outside y, and more tiles than the persistent blocks (each
+    walks several, reusing its staged outputs; an unwritten output stays NaN and fails)."""
     w = torch.randn(N, K, dtype=dtype, device="cuda") * K ** -0.5
     x = torch.randn(M, K, dtype=dtype, device="cuda")
     poison_next((M, N), dtype)
-    out = ops_tma.gemm_tma(x, w)
+    out = ops_tma.gemm_tma(x, w, width=width)
     assert rel_err(out, REF.linear(x.float(), w.float())) <= tol(dtype)
     assert rel_err(out, REF.linear(x, w)) <= 2e-3
 
