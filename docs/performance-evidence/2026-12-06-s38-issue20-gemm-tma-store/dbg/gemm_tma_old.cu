@@ -1,0 +1,140 @@
+// A prefill's GEMM, y = x W^T, on Hopper's TMA and wgmma (sm_90a), optionally with the MLP's
+// activation as its epilogue:
+//   plain:  y[m, n] = T(x[m] . W[n])                                      W [N, K], y [M, N]
+//   silu:   y[m, j] = T(silu(T(x[m] . W[j]))) * T(x[m] . W[N + j])        W = gate | up [2N, K]
+// rounded as cuBLAS and then silu_and_mul round (silu_mul.cu), so the [M, 2N] gate|up product
+// never reaches memory.
+//
+// Warp-specialized and persistent, in clusters of two blocks (one an SM). A block's tile is
+// BM = 128 rows of x by BN = 256 rows of W (plain: 256 outputs; silu: 128 gate rows and the
+// matching 128 up rows, 128 outputs). The cluster's two blocks take two neighbouring row tiles
+// of the same W tile: each has the TMA unit load its own x rows and one half of the W rows,
+// the W half multicast into both blocks, so a W tile leaves L2 once for 256 rows. Warpgroup
+// 0's first thread issues the loads, STAGES chunks of BK = 64 columns ahead; warpgroups 1 and
+// 2 multiply 64 rows each (one m64n256k16 a 16 columns) and store from their registers.
+// A stage's `full` barrier completes once its bytes have landed; its `empty` one once every
+// multiplying warp of both blocks is past it, since the next load into it writes into both.
+// Layout: x [M, K], W row-major, K % 64 == 0 and rows 16-byte aligned (the host checks);
+// plain: any N % 8 == 0; silu: N % 128 == 0.
+// Launch: grid = 2 x clusters, block = 384, dynamic smem = _TMA_SMEM (cuda_ops.py).
+// Kernels: gemm_tma_plain_<dtype>, gemm_tma_silu_<dtype>.
+#include "tma.cuh"
+
+namespace {
+constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4, CLUSTER = 2, PRODUCERS = 128, CONSUMERS = 256;
+constexpr int ROW = BK * 2;                                  // bytes: one swizzled 128-byte row
+constexpr int A_BYTES = BM * ROW, B_HALF = BN / 2 * ROW, STAGE = A_BYTES + 2 * B_HALF;
+constexpr int RELEASES = CLUSTER * CONSUMERS / 32;           // a stage is free: every multiplying warp
+// The loading warpgroup needs few registers, the multiplying ones a 64 x 256 fp32 accumulator
+// (128) and its addressing: 40 x 128 + 232 x 256 fits the SM's 64K.
+constexpr int LOADER_REGS = 40, MULTIPLIER_REGS = 232;
+}
+
+template <typename T, bool SILU>
+__device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, T* __restrict__ y, int M, int N, int K) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ unsigned char smem_unaligned[];
+    const uint32_t base = smem_address(smem_unaligned);
+    const uint32_t stages = base + (-base & 1023), bars = stages + STAGES * STAGE;   // tiles 1024-aligned
+    auto a_tile = [&](int s) { return stages + s * STAGE; };
+    auto b_tile = [&](int s) { return a_tile(s) + A_BYTES; };
+    auto full = [&](int s) { return bars + 8 * s; };
+    auto empty = [&](int s) { return bars + 8 * (STAGES + s); };
+    const uint32_t rank = cluster_rank();
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbarrier_init(full(s), 1);
+            mbarrier_init(empty(s), RELEASES);
+        }
+        fence_barrier_init();
+    }
+    cluster_sync_after_init();
+
+    constexpr int COLS = SILU ? BN / 2 : BN;   // outputs a tile
+    const int m_pairs = (M + CLUSTER * BM - 1) / (CLUSTER * BM), n_tiles = (N + COLS - 1) / COLS;
+    const int work = m_pairs * n_tiles, chunks = K / BK;
+    // Work item w: rows of pair w % m_pairs (neighbouring clusters share a W tile in L2).
+    auto m0_of = [&](int w) { return (w % m_pairs * CLUSTER + (int)rank) * BM; };
+    // The warpgroup as a value the compiler knows is the same across a warp: it would
+    // otherwise see the wgmmas below on a divergent path and serialize them.
+    const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
+
+    if (wg == 0) {
+        setmaxnreg_dec<LOADER_REGS>();
+        if (threadIdx.x == 0) {
+            prefetch_tensor_map(x_map);
+            prefetch_tensor_map(w_map);
+            int it = 0;
+            for (int w = cluster_id(); w < work; w += cluster_count()) {
+                const int n_tile = w / m_pairs, m0 = m0_of(w);
+                // This block's half of the tile's W rows: the gate or the up rows of the
+                // tile's outputs (silu), or the first or second 128 (plain).
+                const int w_row = SILU ? (int)rank * N + n_tile * COLS : n_tile * BN + (int)rank * (BN / 2);
+                for (int c = 0; c < chunks; ++c, ++it) {
+                    const int s = it % STAGES;
+                    if (it >= STAGES) mbarrier_wait(empty(s), (it / STAGES - 1) & 1);
+                    mbarrier_arrive_expect_bytes(full(s), STAGE);
+                    tma_load(a_tile(s), x_map, c * BK, m0, full(s));
+                    tma_load_multicast(b_tile(s) + rank * B_HALF, w_map, c * BK, w_row, full(s), (1 << CLUSTER) - 1);
+                }
+            }
+        }
+    } else {
+        setmaxnreg_inc<MULTIPLIER_REGS>();
+        const int cw = wg - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+        auto release = [&](int s) {   // this warp is done reading stage s, in both blocks' eyes
+            __syncwarp();
+            if (lane < CLUSTER) mbarrier_arrive_cluster(empty(s), lane);
+        };
+        int it = 0;
+        for (int w = cluster_id(); w < work; w += cluster_count()) {
+            const int n_tile = w / m_pairs, m0 = m0_of(w);
+            float acc[BN / 8][4];
+            for (int c = 0; c < chunks; ++c, ++it) {
+                const int s = it % STAGES;
+                mbarrier_wait(full(s), (it / STAGES) & 1);
+                const uint64_t a = smem_descriptor(a_tile(s) + cw * 64 * ROW), b = smem_descriptor(b_tile(s));
+                wgmma_fence();
+#pragma unroll
+                for (int k16 = 0; k16 < BK / 16; ++k16) Wgmma<T>::ss(acc, a + 2 * k16, b + 2 * k16, c > 0 || k16 > 0);
+                wgmma_commit();
+                wgmma_wait<1>();   // the chunk before is multiplied: its stage may be refilled
+                if (c > 0) release((it - 1) % STAGES);
+            }
+            wgmma_wait<0>();
+            fence_registers(acc);
+            release((it - 1) % STAGES);
+            // This lane's outputs: rows g and g + 8 of its warp's 16, columns 2q, 2q + 1 of each 8.
+            const int row = m0 + cw * 64 + warp * 16 + lane / 4, col = n_tile * COLS + lane % 4 * 2;
+#pragma unroll
+            for (int nt = 0; nt < COLS / 8; ++nt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = row + 8 * h, n = col + nt * 8;
+                    if (r >= M || n >= N) continue;
+                    float o[2];
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        o[e] = SILU ? silu_times<T>(to_float(from_float<T>(acc[nt][2 * h + e])),
+                                                    to_float(from_float<T>(acc[COLS / 8 + nt][2 * h + e])))
+                                    : acc[nt][2 * h + e];
+                    *reinterpret_cast<uint32_t*>(y + (int64_t)r * N + n) = pack2<T>(o[0], o[1]);
+                }
+        }
+    }
+    __syncwarp();
+    cluster_sync_before_exit();   // no block leaves while its peer may still load into it or arrive on it
+#else
+    __trap();
+#endif
+}
+
+#define GEMM_TMA(T, N, SILU, KIND)                                                                          \
+    extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(PRODUCERS + CONSUMERS, 1) \
+        gemm_tma_##KIND##N(const __grid_constant__ TensorMap x_map, const __grid_constant__ TensorMap w_map, T* y,  \
+                   int M, int Nout, int K) {                                                               \
+        pdl_start();                                                                                        \
+        gemm_tma<T, SILU>(x_map, w_map, y, M, Nout, K);                                                     \
+    }
+GEMM_TMA(bf16, bf16, false, plain_) GEMM_TMA(f16, f16, false, plain_)
+GEMM_TMA(bf16, bf16, true, silu_) GEMM_TMA(f16, f16, true, silu_)
