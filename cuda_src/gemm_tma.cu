@@ -7,14 +7,14 @@
 //
 // Warp-specialized and persistent, in clusters of two blocks (one an SM). A block's tile is
 // BM = 128 rows of x by BN rows of W: 256 (plain: 256 outputs; silu: 128 gate rows and the
-// matching 128 up rows, 128 outputs) or, plain only, 192, where N's tiles of 256 would waste
-// columns or leave SMs idle in the last round (the host picks). The cluster's two blocks take two neighbouring row tiles
-// of the same W tile: each has the TMA unit load its own x rows and one half of the W rows,
-// the W half multicast into both blocks, so a W tile leaves L2 once for 256 rows. Warpgroup
-// 0's first thread issues the loads, STAGES chunks of BK = 64 columns ahead; warpgroups 1 and
-// 2 multiply 64 rows each (one m64nBNk16 a 16 columns). A warpgroup's outputs go through
-// shared memory: its threads write them there, and one has the TMA unit store them while
-// the warpgroup multiplies the next tile.
+// matching 128 up rows, 128 outputs) or, plain only, 192 where tiles of 256 would waste
+// columns or leave SMs idle in the last round (the host picks). The cluster's two blocks take
+// two neighbouring row tiles of the same W tile: each has the TMA unit load its own x rows
+// and one half of the W rows, the W half multicast into both blocks, so a W tile leaves L2
+// once for 256 rows. Warpgroup 0's first thread issues the loads, STAGES chunks of BK = 64
+// columns ahead; warpgroups 1 and 2 multiply 64 rows each (one m64nBNk16 a 16 columns). A
+// warpgroup's outputs go through shared memory: its threads write them there, and one has
+// the TMA unit store them while the warpgroup multiplies the next tile.
 // A stage's `full` barrier completes once its bytes have landed; its `empty` one once every
 // multiplying warp of both blocks is past it, since the next load into it writes into both.
 // Layout: x [M, K], W row-major, K % 64 == 0 and rows 16-byte aligned (the host checks);
@@ -52,7 +52,8 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, const T
     constexpr int STAGES = L::STAGES, STAGE = L::STAGE, A_BYTES = L::A_BYTES, B_HALF = L::B_HALF;
     extern __shared__ unsigned char smem_unaligned[];
     const uint32_t base = smem_address(smem_unaligned);
-    const uint32_t stages = base + (-base & 1023), staging = stages + STAGES * STAGE, bars = staging + 2 * L::OUT_BYTES;   // tiles 1024-aligned
+    const uint32_t stages = base + (-base & 1023);   // tiles 1024-aligned
+    const uint32_t staging = stages + STAGES * STAGE, bars = staging + 2 * L::OUT_BYTES;
     auto a_tile = [&](int s) { return stages + s * STAGE; };
     auto b_tile = [&](int s) { return a_tile(s) + A_BYTES; };
     auto full = [&](int s) { return bars + 8 * s; };
@@ -147,7 +148,8 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, const T
             named_barrier_sync(1 + cw, 128);
             if (storer) {
 #pragma unroll
-                for (int b = 0; b < COLS / 64; ++b) tma_store(y_map, out + b * OUT_BOX, n_tile * COLS + b * 64, m0 + cw * 64);
+                for (int b = 0; b < COLS / 64; ++b)
+                    tma_store(y_map, out + b * OUT_BOX, n_tile * COLS + b * 64, m0 + cw * 64);
                 tma_store_commit();
             }
         }
@@ -160,12 +162,12 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, const T
 #endif
 }
 
-#define GEMM_TMA(T, N, SILU, BN, KIND)                                                                          \
+#define GEMM_TMA(T, N, SILU, BN, KIND)                                                                    \
     extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(PRODUCERS + CONSUMERS, 1) \
-        gemm_tma_##KIND##N(const __grid_constant__ TensorMap x_map, const __grid_constant__ TensorMap w_map, const __grid_constant__ TensorMap y_map,\
-                   int M, int Nout, int K) {                                                               \
+        gemm_tma_##KIND##N(const __grid_constant__ TensorMap x_map, const __grid_constant__ TensorMap w_map, \
+                           const __grid_constant__ TensorMap y_map, int M, int Nout, int K) {               \
         pdl_start();                                                                                        \
-        gemm_tma<T, SILU, BN>(x_map, w_map, y_map, M, Nout, K);                                                     \
+        gemm_tma<T, SILU, BN>(x_map, w_map, y_map, M, Nout, K);                                             \
     }
 GEMM_TMA(bf16, bf16, false, WIDE_BN, plain_) GEMM_TMA(f16, f16, false, WIDE_BN, plain_)
 GEMM_TMA(bf16, bf16, false, NARROW_BN, narrow_) GEMM_TMA(f16, f16, false, NARROW_BN, narrow_)

@@ -85,11 +85,15 @@ __device__ __forceinline__ void tma_store(const TensorMap& map, uint32_t src, in
 }
 __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // This thread's committed stores have read their shared memory (it may be written again).
-__device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void tma_store_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
 // ... and have written global memory.
 __device__ __forceinline__ void tma_store_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 // This thread's shared-memory writes, visible to the TMA unit (the async proxy).
-__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 __device__ __forceinline__ void st_shared_u32(uint32_t address, uint32_t value) {
     asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(address), "r"(value) : "memory");
 }

@@ -229,7 +229,8 @@ def gemm_tma_width(M: int, N: int, num_sms: int) -> int:
     in proportion to its width); 256 on a tie. 192 where 256 would waste columns (N = 576)
     or leave a last round mostly idle."""
     clusters = num_sms // _TMA_CLUSTER
-    return min((_TMA_COLS, _TMA_NARROW_COLS), key=lambda width: math.ceil(gemm_tma_pairs(M, N, width) / clusters) * width)
+    return min((_TMA_COLS, _TMA_NARROW_COLS),
+               key=lambda width: math.ceil(gemm_tma_pairs(M, N, width) / clusters) * width)
 
 
 class CudaOps(Ops):
@@ -416,6 +417,8 @@ class CudaOps(Ops):
         if M and N:
             dt = _dtype_name(x)
             width = _TMA_COLS if silu else width or gemm_tma_width(M, N, self.num_sms)   # W rows a tile
+            if width not in (_TMA_COLS, _TMA_NARROW_COLS):
+                raise ValueError(f"gemm_tma has tiles of {_TMA_COLS} or {_TMA_NARROW_COLS} W rows, not {width}")
             cols = width // (2 if silu else 1)                          # outputs a tile
             x_map = swizzled_rows_map(x.data_ptr(), M, K, dt, _TMA_ROWS)
             # Each block of a cluster loads half of the tile's W rows.
@@ -427,8 +430,6 @@ class CudaOps(Ops):
             self._k["gemm_tma", dt, kind](clusters * _TMA_CLUSTER, 384, x_map, w_map, y_map, M, N, K,
                                            shared=_TMA_SMEM)
         return y
-
-
 
     def linear(self, x, weight):
         K = x.shape[-1]
