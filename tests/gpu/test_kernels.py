@@ -190,6 +190,12 @@ def test_gemm_tma_against_torch(ops_tma, dtype, M, K, N, width):
     assert rel_err(out, REF.linear(x, w)) <= 2e-3
 
 
+def test_gemm_tma_refuses_a_width_it_has_no_tile_for(ops_tma):
+    x, w = (torch.zeros(rows, 576, dtype=torch.bfloat16, device="cuda") for rows in (8192, 960))
+    with pytest.raises(ValueError, match="not 128"):
+        ops_tma.gemm_tma(x, w, width=128)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("M,K,I", [(8192, 576, 1536), (1500, 576, 1536), (4133, 576, 1536), (700, 2048, 8192),
                                    (90, 64, 128)])
