@@ -4,6 +4,11 @@
 # prompts, prefix cache emptied each repetition); then the trace probe of session 37's kernel
 # (.whl/dbg/trace.py) for where its time went. Most important first: each part's log is kept
 # under $OUT if the call is cut short.
+# Prepared in the checkout's .whl/ (the call carries it): ../shared/gpu-host/wheels/*.whl and
+# pip-downloaded sqlalchemy, alembic, nvidia-ml-py, mako, greenlet wheels; HEAD (git rev-parse
+# HEAD) and DIFF (git diff --stat, untracked files); this script as .whl/s38b.sh; and
+#   mkdir -p .whl/dbg && cp docs/performance-evidence/2026-12-06-s38-issue20-gemm-tma-store/dbg/trace.py .whl/dbg/
+#   git show 12bfb76:cuda_src/gemm_tma.cu > .whl/dbg/gemm_tma_old.cu   # session 37's kernel
 source benchmarks/device_env.sh
 echo "tree $(cat .whl/HEAD) + working changes:" > $L/tree.txt; cat .whl/DIFF >> $L/tree.txt; cat $L/gpu.txt
 export ROADGATE_TEST_MODEL=dummy:smollm2-135m
