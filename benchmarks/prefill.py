@@ -16,8 +16,14 @@ emptied, so nothing is served from a cache. Medians of --reps repetitions.
 --timeline traces one more repetition of ours per shape (CPU and CUDA activities) and prints
 where its generate() call went: host time before the first GPU work, the GPU's idle gaps
 inside its span (the largest with the kernels around them), and the time after its last work.
+--ab SETTING=VALUE measures a second engine, B, that differs from the first, A, in one tuning
+knob of engine.config.ENV_OVERRIDES (e.g. prefill_gemm_tma=1), in the same process: both are
+warmed up on each shape, and their repetitions alternate on the same fresh prompts, so drift
+in the GPU's clocks falls on both alike. It prints the two and B's time over A's; it stores
+nothing.
 Figures go to the results store as micro-benchmark `prefill-<shape>` unless --no-store.
 Usage: python3 benchmarks/prefill.py [--model dummy:smollm2-135m] [--shapes 1x4000 1x8000 64x1000]
+       [--ab prefill_gemm_tma=1]
 """
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.step_trace import GPU_CATEGORIES, traced_events  # noqa: E402
 from engine import LLM, SamplingParams  # noqa: E402
+from engine.config import ENV_OVERRIDES, EngineConfig  # noqa: E402
 from jobs.store.models import utcnow  # noqa: E402
 
 
@@ -83,6 +90,23 @@ class TorchPrefill:
             gate, up = F.linear(self._norm(h, layer.ffn_norm), layer.gate_up).chunk(2, dim=-1)
             h = h + F.linear(F.silu(gate) * up, layer.down)
         return torch.mm(self._norm(h[:, -1], m.norm), m.lm_head.t(), out_dtype=torch.float32)
+
+
+def parse_setting(text: str) -> tuple[str, object]:
+    """SETTING=VALUE: one tuning knob of ENV_OVERRIDES, its value read as from its variable."""
+    name, equals, value = text.partition("=")
+    if not equals or name not in ENV_OVERRIDES:
+        raise argparse.ArgumentTypeError(f"{text!r} is not SETTING=VALUE for a setting of {', '.join(ENV_OVERRIDES)}")
+    try:
+        return name, ENV_OVERRIDES[name][1](value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a valid {name}") from None
+
+
+def kv_tokens_for(shapes: list[tuple[int, int]], block_size: int) -> int:
+    """KV cache tokens that hold every shape's prompts and their one output token, in whole
+    blocks: what each of two engines in one process gets, rather than a share of free memory."""
+    return max(batch * -(-(tokens + 1) // block_size) * block_size for batch, tokens in shapes)
 
 
 def microbenchmark_name(batch: int, tokens: int) -> str:
@@ -184,6 +208,27 @@ def print_timeline(llm: LLM, prompts: torch.Tensor, largest: int = 8) -> None:
         print(f"    gap {length:7.1f} us at {at / 1e3:6.3f} ms: {before[:50]} -> {after[:50]}")
 
 
+def measure(engines: dict[str, LLM], batch: int, tokens: int, reps: int, gen: torch.Generator) -> dict[str, dict]:
+    """Each engine warmed up on the shape, then `reps` repetitions, the engines taking turns on
+    each repetition's fresh prompts: per engine its figures and host ms per repetition by phase."""
+    for llm in engines.values():
+        time_ours(llm, random_prompts(llm, batch, tokens, gen))          # warm-up on the measured shape
+    host_before = {label: dict(llm.host_time) for label, llm in engines.items()}
+    times = {label: [] for label in engines}
+    for _ in range(reps):
+        prompts = random_prompts(next(iter(engines.values())), batch, tokens, gen)
+        for label, llm in engines.items():
+            times[label].append(time_ours(llm, prompts))
+    results = {}
+    for label, llm in engines.items():
+        wall = statistics.median(w for w, _ in times[label])
+        results[label] = {
+            "figures": {"prefill_s": wall, "ttft_p50_s": statistics.median(t for _, t in times[label]),
+                        "prompt_tok_s": batch * tokens / wall},
+            "host": {phase: (llm.host_time[phase] - host_before[label][phase]) / reps for phase in host_before[label]}}
+    return results
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="dummy:smollm2-135m")
@@ -194,7 +239,11 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="print GPU time by kernel for each shape")
     ap.add_argument("--timeline", action="store_true", help="trace one more repetition of ours per shape "
                     "and print where its generate() call went")
+    ap.add_argument("--ab", type=parse_setting, metavar="SETTING=VALUE",
+                    help="also measure an engine that differs in this one tuning knob, alternating with the first")
     args = ap.parse_args()
+    if args.ab and not args.no_store:
+        ap.error("--ab compares two engines and stores neither; pass --no-store")
     if not args.no_store:
         # Checked before any GPU work: the store refuses an unregistered name only after its measurement.
         from jobs.registry import MICROBENCHMARKS
@@ -204,47 +253,57 @@ def main() -> None:
             ap.error(f"{', '.join(unregistered)}: not a micro-benchmark of jobs/registry.py, so the results store "
                      "would refuse it; register it there or pass --no-store")
     longest = max(n for _, n in args.shapes)
-    llm = LLM(args.model, backend="cuda", max_model_len=longest + 16)
-    ref = None if args.no_torch else TorchPrefill(llm)
+    settings = {"backend": "cuda", "max_model_len": longest + 16}
+    if args.ab:
+        settings["kv_cache_tokens"] = kv_tokens_for(args.shapes, EngineConfig.block_size)
+        knob, value = args.ab
+        engines = {"A": LLM(args.model, **settings), f"B {knob}={value}": LLM(args.model, **settings, **{knob: value})}
+    else:
+        engines = {"ours": LLM(args.model, **settings)}
+    first = next(iter(engines.values()))
+    ref = None if args.no_torch else TorchPrefill(first)
     gen = torch.Generator().manual_seed(0)
     rows = []
     for batch, tokens in args.shapes:
         started = utcnow()
-        time_ours(llm, random_prompts(llm, batch, tokens, gen))          # warm-up on the measured shape
-        host_before = dict(llm.host_time)
-        ours = [time_ours(llm, random_prompts(llm, batch, tokens, gen)) for _ in range(args.reps)]
-        host = {phase: (llm.host_time[phase] - host_before[phase]) / args.reps for phase in host_before}
-        wall = statistics.median(w for w, _ in ours)
-        ttft = statistics.median(t for _, t in ours)
-        figures = {"prefill_s": wall, "ttft_p50_s": ttft, "prompt_tok_s": batch * tokens / wall}
+        results = measure(engines, batch, tokens, args.reps, gen)
+        torch_s = None
         if ref is not None:
-            time_torch(ref, random_prompts(llm, batch, tokens, gen))     # warm-up, as for ours
-            torch_s = statistics.median(time_torch(ref, random_prompts(llm, batch, tokens, gen))
+            time_torch(ref, random_prompts(first, batch, tokens, gen))     # warm-up, as for ours
+            torch_s = statistics.median(time_torch(ref, random_prompts(first, batch, tokens, gen))
                                         for _ in range(args.reps))
-            figures["torch_prefill_s"] = torch_s
-        rows.append((f"{batch}x{tokens}", figures))
-        print(f"prefill {batch}x{tokens}: ours {wall * 1e3:.2f} ms wall (TTFT p50 {ttft * 1e3:.2f} ms, "
-              f"{batch * tokens / wall / 1e3:.0f}k prompt tok/s)"
-              + (f"; plain torch {figures['torch_prefill_s'] * 1e3:.2f} ms "
-                 f"({batch * tokens / figures['torch_prefill_s'] / 1e3:.0f}k tok/s)" if ref else ""))
-        print("  host ms per repetition: " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in host.items()))
-        if args.profile:
-            print_kernel_profile("ours", lambda: time_ours(llm, random_prompts(llm, batch, tokens, gen)))
-            if ref is not None:
-                print_kernel_profile("plain torch", lambda: time_torch(ref, random_prompts(llm, batch, tokens, gen)))
-        if args.timeline:
-            print_timeline(llm, random_prompts(llm, batch, tokens, gen))
+        for label, llm in engines.items():
+            figures, host = results[label]["figures"], results[label]["host"]
+            if torch_s is not None:
+                figures["torch_prefill_s"] = torch_s
+            rows.append((f"{batch}x{tokens}", label, figures))
+            wall, ttft = figures["prefill_s"], figures["ttft_p50_s"]
+            print(f"prefill {batch}x{tokens}: {label} {wall * 1e3:.2f} ms wall (TTFT p50 {ttft * 1e3:.2f} ms, "
+                  f"{batch * tokens / wall / 1e3:.0f}k prompt tok/s)"
+                  + (f"; plain torch {torch_s * 1e3:.2f} ms ({batch * tokens / torch_s / 1e3:.0f}k tok/s)"
+                     if torch_s else ""))
+            print("  host ms per repetition: " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in host.items()))
+            if args.profile:
+                print_kernel_profile(label, lambda: time_ours(llm, random_prompts(llm, batch, tokens, gen)))
+            if args.timeline:
+                print_timeline(llm, random_prompts(llm, batch, tokens, gen))
+        if args.profile and ref is not None:
+            print_kernel_profile("plain torch", lambda: time_torch(ref, random_prompts(first, batch, tokens, gen)))
         if not args.no_store:
             from jobs.microbench import record_microbench
             config = {"model": args.model, "batch": batch, "tokens": tokens, "reps": args.reps,
-                      "dtype": str(llm.dtype).removeprefix("torch."),
-                      "max_num_batched_tokens": llm.config.max_num_batched_tokens}
-            run_id = record_microbench(microbenchmark_name(batch, tokens), config, figures, started, utcnow())
+                      "dtype": str(first.dtype).removeprefix("torch."),
+                      "max_num_batched_tokens": first.config.max_num_batched_tokens}
+            run_id = record_microbench(microbenchmark_name(batch, tokens), config, results["ours"]["figures"],
+                                       started, utcnow())
             print(f"  recorded run {run_id}")
-    print(f"\n{'shape':>9} {'ours ms':>9} {'TTFT ms':>9} {'tok/s':>10} {'torch ms':>9}")
-    for shape, f in rows:
-        print(f"{shape:>9} {f['prefill_s'] * 1e3:>9.2f} {f['ttft_p50_s'] * 1e3:>9.2f} {f['prompt_tok_s']:>10.0f} "
-              f"{f.get('torch_prefill_s', float('nan')) * 1e3:>9.2f}")
+    print(f"\n{'shape':>9} {'engine':>24} {'wall ms':>9} {'TTFT ms':>9} {'tok/s':>10} {'torch ms':>9}")
+    for shape, label, f in rows:
+        print(f"{shape:>9} {label[:24]:>24} {f['prefill_s'] * 1e3:>9.2f} {f['ttft_p50_s'] * 1e3:>9.2f} "
+              f"{f['prompt_tok_s']:>10.0f} {f.get('torch_prefill_s', float('nan')) * 1e3:>9.2f}")
+    if args.ab:
+        ratios = (f"{shape} {b['prefill_s'] / a['prefill_s']:.3f}" for (shape, _, a), (_, _, b) in zip(rows[::2], rows[1::2]))
+        print("\nB / A, median wall: " + ", ".join(ratios))
 
 
 if __name__ == "__main__":

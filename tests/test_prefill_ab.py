@@ -1,0 +1,47 @@
+"""benchmarks/prefill.py's A/B of one tuning knob: the setting it parses, the KV cache each of
+its two engines gets, and its refusal to store a comparison."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pytest
+
+from benchmarks import prefill
+from benchmarks.prefill import kv_tokens_for, parse_setting
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("prefill_gemm_tma=1", ("prefill_gemm_tma", True)),
+    ("prefill_gemm_tma=0", ("prefill_gemm_tma", False)),
+    ("max_num_batched_tokens=4096", ("max_num_batched_tokens", 4096)),
+    ("decode_slack=1.25", ("decode_slack", 1.25)),
+])
+def test_a_setting_is_read_as_its_environment_variable_would_be(text, expected):
+    assert parse_setting(text) == expected
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("prefill_gemm_tma", "not SETTING=VALUE"),
+    ("block_size=32", "not SETTING=VALUE"),          # an engine setting, but no tuning knob
+    ("max_num_batched_tokens=lots", "'lots' is not a valid max_num_batched_tokens"),
+])
+def test_a_setting_that_is_no_knob_or_no_value_is_refused(text, problem):
+    with pytest.raises(argparse.ArgumentTypeError, match=problem):
+        parse_setting(text)
+
+
+def test_the_kv_cache_holds_the_largest_shapes_prompts_and_output_in_whole_blocks():
+    # 64 x (1,000 + 1) tokens: 63 blocks of 16 a prompt; 1 x 8,001: 501 blocks.
+    assert kv_tokens_for([(1, 4000), (64, 1000)], 16) == 64 * 63 * 16
+    assert kv_tokens_for([(1, 8000), (1, 4000)], 16) == 501 * 16
+    assert kv_tokens_for([(2, 15)], 16) == 2 * 16   # 15 tokens and the output fill one block
+
+
+def test_an_ab_run_that_would_store_is_refused_before_any_gpu_work(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["prefill.py", "--ab", "prefill_gemm_tma=1"])
+    monkeypatch.setattr(prefill, "LLM", lambda *a, **k: pytest.fail("an engine was built"))
+    with pytest.raises(SystemExit) as exit_:
+        prefill.main()
+    assert exit_.value.code == 2
+    assert "--ab compares two engines and stores neither; pass --no-store" in capsys.readouterr().err
