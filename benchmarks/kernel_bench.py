@@ -161,7 +161,7 @@ def prefill_gemm(ops):
     """A prefill step's projections (SmolLM2-135M, bf16) in gemm_tma against cuBLAS; gate|up
     with SiLU-and-mul as gemm_tma's epilogue against cuBLAS then silu_and_mul. `ops` must
     have gemm_tma on (prefill_gemm_tma)."""
-    if not ops.prefill_gemm_tma:
+    if ops.prefill_gemm_tma == "off":
         print("prefill GEMM: skipped, gemm_tma needs an sm_90a GPU (TMA, clusters, wgmma)")
         return
     dt = torch.bfloat16
@@ -201,7 +201,7 @@ def main():
         elif section == "gemm":
             gemm(CudaOps())
         else:
-            prefill_gemm(CudaOps(EngineConfig.from_env(model="", backend="cuda", prefill_gemm_tma=True)))
+            prefill_gemm(CudaOps(EngineConfig.from_env(model="", backend="cuda", prefill_gemm_tma="all")))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,18 @@ BACKENDS = ("auto", "cuda", "torch")
 # stored (engine.quantized; the torch backend on CPU), the rest dequantized to the dtype.
 QUANTIZATIONS = ("none", "gguf")
 DTYPES = ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
+# Which of a prefill's GEMMs run in gemm_tma: none, the MLP's gate|up with SiLU-and-mul as its
+# epilogue, or every projection.
+GEMM_TMA_SCOPES = ("off", "mlp", "all")
+
+
+def gemm_tma_scope(value: str) -> str:
+    """ROADGATE_PREFILL_GEMM_TMA's value: a scope, or 0 / 1 for off / all."""
+    scope = {"": "off", "0": "off", "1": "all"}.get(value, value)
+    if scope not in GEMM_TMA_SCOPES:
+        raise ValueError(f"{value!r} is not one of {', '.join(GEMM_TMA_SCOPES)}, 0 or 1")
+    return scope
+
 
 # The settings a benchmark sweep sets from the environment: the step budget, and the cuda
 # backend's tuning knobs.
@@ -29,7 +41,7 @@ ENV_OVERRIDES = {"max_num_batched_tokens": ("ROADGATE_MAX_NUM_BATCHED_TOKENS", i
                  "decode_few_chunk": ("ROADGATE_DECODE_FEW_CHUNK", int),
                  "gemv_max_rows": ("ROADGATE_GEMV_MAX_ROWS", int),
                  "gemm_max_rows": ("ROADGATE_GEMM_MAX_ROWS", int),
-                 "prefill_gemm_tma": ("ROADGATE_PREFILL_GEMM_TMA", lambda v: v not in ("", "0")),
+                 "prefill_gemm_tma": ("ROADGATE_PREFILL_GEMM_TMA", gemm_tma_scope),
                  "cuda_debug": ("ROADGATE_CUDA_DEBUG", lambda v: v not in ("", "0")),
                  "programmatic_launch": ("ROADGATE_PROGRAMMATIC_LAUNCH", lambda v: v not in ("", "0"))}
 
@@ -92,9 +104,10 @@ class EngineConfig:
     # at 16 rows, 1.230 vs 1.397 at 32. With the wgmma tiles (session 22, context 512):
     # 1.199 vs 1.324 ms at 48 rows, 1.349 vs 1.367 at 64, 1.537 vs 1.500 at 96.
     gemm_max_rows: int = 64
-    # A prefill's GEMMs whose tiles fill the GPU in our TMA-fed GEMM (cuda_src/gemm_tma.cu),
-    # gate|up with SiLU-and-mul as its epilogue; off: cuBLAS, then silu_and_mul.
-    prefill_gemm_tma: bool = False
+    # A prefill's GEMMs whose tiles fill the GPU in our TMA-fed GEMM (cuda_src/gemm_tma.cu):
+    # "mlp": gate|up with SiLU-and-mul as its epilogue; "all": the other projections too;
+    # "off": cuBLAS, then silu_and_mul.
+    prefill_gemm_tma: str = "off"
     cuda_debug: bool = False              # synchronize and check after every kernel launch
     # Programmatic edges between our kernels in CUDA graphs (engine.ops.pdl): a kernel's
     # blocks launch and prefetch its weights while the kernel before it still runs.
@@ -122,6 +135,8 @@ class EngineConfig:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.prefill_m_tiles not in (0, 1, 2, 3):
             raise ValueError(f"prefill_m_tiles must be 0 (chosen per step), 1, 2 or 3, not {self.prefill_m_tiles}")
+        if self.prefill_gemm_tma not in GEMM_TMA_SCOPES:
+            raise ValueError(f"prefill_gemm_tma must be one of {', '.join(GEMM_TMA_SCOPES)}, not {self.prefill_gemm_tma!r}")
         if self.prefill_ws_keys not in (64, 128):
             raise ValueError(f"prefill_ws_keys must be 64 or 128, not {self.prefill_ws_keys}")
         if self.decode_few_chunk < 16 or self.decode_few_chunk % 16:

@@ -20,6 +20,7 @@ from engine.config import EngineConfig
     ({"decode_few_chunk": 100}, "decode_few_chunk must be a positive multiple of 16, not 100"),
     ({"decode_few_chunk": 0}, "decode_few_chunk must be a positive multiple of 16, not 0"),
     ({"prefill_ws_keys": 96}, "prefill_ws_keys must be 64 or 128, not 96"),
+    ({"prefill_gemm_tma": True}, "prefill_gemm_tma must be one of off, mlp, all, not True"),
 ])
 def test_bad_settings_are_refused_by_name(settings, message):
     with pytest.raises(ValueError, match=message):
@@ -36,6 +37,11 @@ def test_environment_overrides_fill_only_what_the_caller_left_unset():
     assert EngineConfig.from_env("m", environ=env, decode_slack=2.0).decode_slack == 2.0
     with pytest.raises(ValueError, match="ROADGATE_DECODE_SLACK='many' is not a valid decode_slack"):
         EngineConfig.from_env("m", environ={"ROADGATE_DECODE_SLACK": "many"})
+    # The GEMM scope by name, or 0 / 1 as the other switches take.
+    for value, scope in [("mlp", "mlp"), ("1", "all"), ("0", "off"), ("all", "all")]:
+        assert EngineConfig.from_env("m", environ={"ROADGATE_PREFILL_GEMM_TMA": value}).prefill_gemm_tma == scope
+    with pytest.raises(ValueError, match="ROADGATE_PREFILL_GEMM_TMA='qkv' is not a valid prefill_gemm_tma"):
+        EngineConfig.from_env("m", environ={"ROADGATE_PREFILL_GEMM_TMA": "qkv"})
     with pytest.raises(TypeError, match="unknown engine settings: max_seqs"):
         EngineConfig.from_env("m", environ={}, max_seqs=3)
     with pytest.raises(AttributeError):   # frozen: built once, never poked afterwards

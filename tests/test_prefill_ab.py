@@ -12,8 +12,9 @@ from benchmarks.prefill import kv_tokens_for, parse_setting
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("prefill_gemm_tma=1", ("prefill_gemm_tma", True)),
-    ("prefill_gemm_tma=0", ("prefill_gemm_tma", False)),
+    ("prefill_gemm_tma=mlp", ("prefill_gemm_tma", "mlp")),
+    ("prefill_gemm_tma=1", ("prefill_gemm_tma", "all")),
+    ("prefill_ws=0", ("prefill_ws", False)),
     ("max_num_batched_tokens=4096", ("max_num_batched_tokens", 4096)),
     ("decode_slack=1.25", ("decode_slack", 1.25)),
 ])
@@ -25,6 +26,7 @@ def test_a_setting_is_read_as_its_environment_variable_would_be(text, expected):
     ("prefill_gemm_tma", "not SETTING=VALUE"),
     ("block_size=32", "not SETTING=VALUE"),          # an engine setting, but no tuning knob
     ("max_num_batched_tokens=lots", "'lots' is not a valid max_num_batched_tokens"),
+    ("prefill_gemm_tma=qkv", "'qkv' is not a valid prefill_gemm_tma"),
 ])
 def test_a_setting_that_is_no_knob_or_no_value_is_refused(text, problem):
     with pytest.raises(argparse.ArgumentTypeError, match=problem):

@@ -265,7 +265,7 @@ class CudaOps(Ops):
         self.prefill_ws_keys = config.prefill_ws_keys
         self.gemv_max_rows = config.gemv_max_rows
         self.gemm_max_rows = config.gemm_max_rows
-        self.prefill_gemm_tma = config.prefill_gemm_tma and arch == "sm_90a"
+        self.prefill_gemm_tma = config.prefill_gemm_tma if arch == "sm_90a" else "off"
         try:
             cubins = cuda_build.build_all(arch)
         except RuntimeError as e:
@@ -395,12 +395,14 @@ class CudaOps(Ops):
 
     def _gemm_tma_fits(self, x: torch.Tensor, weight: torch.Tensor, silu: bool = False) -> bool:
         """Whether gemm_tma takes x @ weight^T (silu: silu_and_mul of it, weight = gate | up):
-        a prefill-sized x whose tiles give every SM one at least (decode batches keep the
-        narrower tiles of our GEMM or cuBLAS, which spread the weights over more SMs), 16-bit,
-        in the kernel's shapes, rows 16-byte aligned (the TMA unit's rule)."""
+        in the config's scope, a prefill-sized x whose tiles give every SM one at least (decode
+        batches keep the narrower tiles of our GEMM or cuBLAS, which spread the weights over
+        more SMs), 16-bit, in the kernel's shapes, rows 16-byte aligned (the TMA unit's rule)."""
+        if self.prefill_gemm_tma != "all" and not (silu and self.prefill_gemm_tma == "mlp"):
+            return False
         K, N = x.shape[-1], weight.shape[0] // (2 if silu else 1)
         cols = _TMA_COLS // (2 if silu else 1)
-        return (self.prefill_gemm_tma and x.dim() == 2 and x.dtype == weight.dtype
+        return (x.dim() == 2 and x.dtype == weight.dtype
                 and x.dtype in (torch.bfloat16, torch.float16) and weight.shape[1] == K and K % _GEMM_BK == 0
                 and N % (cols if silu else 8) == 0 and x.stride() == (K, 1) and weight.is_contiguous()
                 and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0

@@ -165,8 +165,8 @@ def test_gemm_tile_takes_the_fewest_waves(ops):
 def ops_tma(ops):
     """The ops with a prefill's GEMMs in gemm_tma (sm_90a only)."""
     from engine.ops.cuda_ops import CudaOps
-    tma = CudaOps(EngineConfig.from_env(model="", backend="cuda", prefill_gemm_tma=True))
-    if not tma.prefill_gemm_tma:
+    tma = CudaOps(EngineConfig.from_env(model="", backend="cuda", prefill_gemm_tma="all"))
+    if tma.prefill_gemm_tma == "off":
         pytest.skip("gemm_tma needs an sm_90a GPU (TMA, clusters, wgmma)")
     return tma
 

@@ -221,16 +221,18 @@ def test_a_kv_cache_shorter_than_the_step_budget_starts_and_keeps_outputs():
     assert sorted(set(runs)) == [(16, 1), (1024, 1), (2048, 1)]
 
 
-def test_prefill_gemms_in_gemm_tma_keep_a_long_prompts_logits():
-    """Long prompts' prefill with their GEMMs in gemm_tma (gate|up with SiLU-and-mul fused)
-    against cuBLAS then silu_and_mul: the first token's logits, graphs on, the same weights."""
+@pytest.mark.parametrize("scope", ["mlp", "all"])
+def test_prefill_gemms_in_gemm_tma_keep_a_long_prompts_logits(scope):
+    """Long prompts' prefill with their GEMMs in gemm_tma (gate|up with SiLU-and-mul fused;
+    "all": the other projections too) against cuBLAS then silu_and_mul: the first token's
+    logits, graphs on, the same weights."""
     settings = dict(backend="cuda", dtype="bfloat16", kv_cache_tokens=1 << 14, max_num_seqs=4)
-    tma, cublas = LLM(MODEL, prefill_gemm_tma=True, **settings), LLM(MODEL, **settings)
-    if not tma.runner.model.ops.prefill_gemm_tma:
+    tma, cublas = LLM(MODEL, prefill_gemm_tma=scope, **settings), LLM(MODEL, **settings)
+    if tma.runner.model.ops.prefill_gemm_tma == "off":
         pytest.skip("gemm_tma needs an sm_90a GPU")
     prompts = [[(31 * n + 11 * j) % 20000 + 30 for j in range(n)] for n in (1500, 3000, 7000)]
     errors = [rel(first_token_logits(tma, p), first_token_logits(cublas, p)) for p in prompts]
-    report("prefill_gemm_tma", {"logits_rel": errors})
+    report(f"prefill_gemm_tma_{scope}", {"logits_rel": errors})
     assert max(errors) <= 3e-2
 
 
