@@ -104,8 +104,13 @@ template <> __device__ __forceinline__ uint4 load8_as<f16, f16>(const f16* p) {
 template <typename T> __device__ __forceinline__ float rms_normed(float r, float inv_rms, float weight) {
     return weight * to_float(from_float<T>(r * inv_rms));
 }
+// silu as gate * 1 / (1 + 2^(-gate log2 e)) in the fast exponential (ex2.approx) and a
+// correctly rounded reciprocal: within 2 float ulps of the IEEE expression, far inside the
+// 16-bit rounding that follows, at a few instructions where expf and the division took ~25
+// (gemm_tma's fused epilogue spends most of its time here). Below gate = -88.7, 1 + e^-gate
+// is inf and the result 0, as the true value rounds to. (__fdividef here spills gemm_tma_silu_f16.)
 template <typename T> __device__ __forceinline__ float silu_times(float gate, float up) {
-    return to_float(from_float<T>(gate / (1.f + expf(-gate)))) * up;
+    return to_float(from_float<T>(gate * __frcp_rn(1.f + __expf(-gate)))) * up;
 }
 
 // Programmatic dependent launch (sm_90). Every kernel calls pdl_start() before it reads
