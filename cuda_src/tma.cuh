@@ -101,4 +101,8 @@ __device__ __forceinline__ void st_shared_u32(uint32_t address, uint32_t value) 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// ... or these warps count towards its `threads` without waiting: a signal to the warps that sync.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 #endif

@@ -51,10 +51,13 @@ _GEMV_WARPS, _GEMV_KERNEL_MAX_ROWS = constant("GEMV_WARPS"), constant("GEMV_MAX_
 _NORM_ROWS = constant("RMS_NORM_ROWS_PER_BLOCK")
 _GEMM_BK, _GEMM_PAD = constant("GEMM_BK"), constant("GEMM_PAD")
 _TMA_ROWS, _TMA_COLS, _TMA_CLUSTER = constant("GEMM_TMA_ROWS"), constant("GEMM_TMA_COLS"), constant("GEMM_TMA_CLUSTER")
-_TMA_NARROW_COLS = constant("GEMM_TMA_NARROW_COLS")
-# gemm_tma's shared memory: its stages and staged outputs, two mbarriers for each of at most 4
-# stages, 1 KB to align the tiles.
+_TMA_NARROW_COLS, _TMA_PINGPONG_COLS = constant("GEMM_TMA_NARROW_COLS"), constant("GEMM_TMA_PINGPONG_COLS")
+# gemm_tma's shared memory: its stages and staged outputs, two mbarriers a stage (the kernel
+# asserts they fit in the 64 bytes past TILE_BYTES its stage counts leave), 1 KB to align the tiles.
 _TMA_SMEM = constant("GEMM_TMA_TILE_BYTES") + 4 * 16 + 1024
+# gemm_tma's kernels by (silu, W rows a tile).
+_TMA_KINDS = {(False, _TMA_COLS): "plain", (False, _TMA_NARROW_COLS): "narrow",
+              (True, _TMA_COLS): "silu", (True, _TMA_PINGPONG_COLS): "silu_pp"}
 _SMEM_BYTES = 48 * 1024              # the gemv's x' must fit without an opt-in
 # Decode attention fetches the cached K/V of batches this small into L2 before it waits on
 # the kernel before it (a few hundred KB a layer; at larger batches the step is bandwidth-bound).
@@ -412,22 +415,26 @@ class CudaOps(Ops):
                  width: int | None = None) -> torch.Tensor:
         """x [M, K] @ weight [N, K]^T in gemm_tma (cuda_src/gemm_tma.cu); silu: weight is the
         fused [gate; up] projection [2I, K] and the result silu_and_mul's, [M, I], rounded as
-        the two ops round it. `width`: W rows a tile, 256 or (plain only) 192; by default
-        gemm_tma_width's."""
+        the two ops round it. `width`: W rows a tile, plain 256 or 192 (by default
+        gemm_tma_width's), silu 128 (ping-pong, the default) or 256 (cooperative)."""
         (M, K), N = x.shape, weight.shape[0] // (2 if silu else 1)
         y = torch.empty((M, N), dtype=x.dtype, device=x.device)
         if M and N:
             dt = _dtype_name(x)
-            width = _TMA_COLS if silu else width or gemm_tma_width(M, N, self.num_sms)   # W rows a tile
-            if width not in (_TMA_COLS, _TMA_NARROW_COLS):
-                raise ValueError(f"gemm_tma has tiles of {_TMA_COLS} or {_TMA_NARROW_COLS} W rows, not {width}")
+            if silu:
+                width = width or _TMA_PINGPONG_COLS
+            else:
+                width = width or gemm_tma_width(M, N, self.num_sms)
+            kind = _TMA_KINDS.get((silu, width))
+            if kind is None:
+                widths = sorted(w for s, w in _TMA_KINDS if s == silu)
+                raise ValueError(f"gemm_tma has {'silu' if silu else 'plain'} tiles of {widths} W rows, not {width}")
             cols = width // (2 if silu else 1)                          # outputs a tile
             x_map = swizzled_rows_map(x.data_ptr(), M, K, dt, _TMA_ROWS)
             # Each block of a cluster loads half of the tile's W rows.
             w_map = swizzled_rows_map(weight.data_ptr(), weight.shape[0], K, dt, width // _TMA_CLUSTER)
             y_map = swizzled_rows_map(y.data_ptr(), M, N, dt, 64)   # the boxes a warpgroup stores
             clusters = min(gemm_tma_pairs(M, N, cols), self.num_sms // _TMA_CLUSTER)
-            kind = "silu" if silu else "plain" if width == _TMA_COLS else "narrow"
             # 384 threads: a loading warpgroup and two multiplying ones.
             self._k["gemm_tma", dt, kind](clusters * _TMA_CLUSTER, 384, x_map, w_map, y_map, M, N, K,
                                            shared=_TMA_SMEM)

@@ -76,6 +76,7 @@ CONSTANTS = {
     "GEMM_TMA_ROWS": ("gemm_tma.cu", "BM", 128),
     "GEMM_TMA_COLS": ("gemm_tma.cu", "WIDE_BN", 256),
     "GEMM_TMA_NARROW_COLS": ("gemm_tma.cu", "NARROW_BN", 192),
+    "GEMM_TMA_PINGPONG_COLS": ("gemm_tma.cu", "PINGPONG_BN", 128),
     "GEMM_TMA_TILE_BYTES": ("gemm_tma.cu", "TILE_BYTES", 212992),
     "GEMM_TMA_CLUSTER": ("gemm_tma.cu", "CLUSTER", 2),
 }
@@ -109,7 +110,7 @@ def _specs() -> list[KernelSpec]:
                       KernelSpec(("gemv_qkv_rope", dt), "gemv", f"gemv_norm_qkv_rope_{dt}", "PPPPPPiifPPPPPiii")]
             specs += [KernelSpec(("gemm", dt, tile), "gemm", tile.kernel_name(dt), "PPPiii") for tile in GEMM_TILES]
             specs += [KernelSpec(("gemm_tma", dt, kind), "gemm_tma", f"gemm_tma_{kind}_{dt}", "TTTiii")
-                      for kind in ("plain", "narrow", "silu")]
+                      for kind in ("plain", "narrow", "silu", "silu_pp")]
         specs += [KernelSpec(("prefill", dt, d, mt), "attention_prefill", f"attn_prefill_{dt}_d{d}_m{mt}",
                              "PlPPPiPPPiiif") for d, mt in PREFILL_SHAPES]
         if dt != "f32":

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Session 39, call 2: gemm_tma for the MLP's gate|up with SiLU-and-mul only ("mlp"), the plain
+# Session 39, call 2: gemm_tma's fused gate|up in ping-pong tiles (128 W rows, each multiplying
+# warpgroup its own tile, one's epilogue while the other multiplies), now the default for silu;
+# gemm_tma for the MLP's gate|up with SiLU-and-mul only ("mlp"), the plain
 # projections staying in cuBLAS, after call 1 measured the plain ones slower than cuBLAS at every
 # shape and the fused gate|up faster at 4,096 and 8,192 rows; and SiLU in the fast exponential
 # and reciprocal (common.cuh's silu_times, which gemm_tma's fused epilogue, silu_and_mul and
