@@ -12,6 +12,7 @@
 # 4. prefill.py --ab twice (mlp against off, all against off): both engines warmed up on each
 #    shape, repetitions alternating on the same fresh prompts, each engine's prefix cache
 #    emptied before every repetition.
+# 5. compute-sanitizer synccheck and racecheck over the ping-pong test at one shape.
 # Prepared in .whl/ as s39a.sh says (no dbg/ needed).
 source benchmarks/device_env.sh
 echo "tree $(cat .whl/HEAD) + working changes:" > $L/tree.txt; cat .whl/DIFF >> $L/tree.txt; cat $L/gpu.txt
@@ -36,4 +37,10 @@ for scope in mlp all; do
   echo "prefill A/B $scope rc=$?"
   grep -E "^prefill |ms of GPU" $L/prefill-ab-$scope.log
   tail -1 $L/prefill-ab-$scope.log
+done
+# 5. the ping-pong kernel under compute-sanitizer (its turns are named barriers; its stages mbarriers)
+for tool in synccheck racecheck; do
+  timeout 100 compute-sanitizer --tool $tool --print-limit 10 python3 -m pytest -q -m gpu -p no:cacheprovider \
+    tests/gpu/test_kernels.py -k "silu_rounds and dtype0 and 1500" > $L/$tool.log 2>&1
+  echo "$tool rc=$?"; grep -E "passed|failed|ERROR SUMMARY|hazard" $L/$tool.log | head -4
 done
