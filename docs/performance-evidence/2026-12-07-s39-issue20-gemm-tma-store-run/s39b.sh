@@ -9,7 +9,7 @@
 #    hangs, this script switches the device's copy of the engine to the cooperative tiles (and
 #    says so) so that the rest still measures something;
 # 2. the other gemm_tma and SiLU tests; 3. kernel_bench's prefill GEMMs (both silu widths);
-# 4. prefill.py --ab twice (mlp against off, all against off): both engines warmed up on each
+# 4. prefill.py --ab prefill_gemm_tma=mlp (against off; call 1 measured all): both engines warmed up on each
 #    shape, repetitions alternating on the same fresh prompts, each engine's prefix cache
 #    emptied before every repetition.
 # 5. compute-sanitizer synccheck and racecheck over the ping-pong test at one shape.
@@ -31,7 +31,7 @@ rc=$?; echo "tests rc=$rc"; tail -3 $L/tests.log
 if [ $rc -ne 0 ]; then tail -40 $L/tests.log; exit 0; fi
 timeout 60 python3 benchmarks/kernel_bench.py --only prefill_gemm > $L/prefill-gemm.log 2>&1
 echo "kernel_bench rc=$?"; tail -13 $L/prefill-gemm.log
-for scope in mlp all; do
+for scope in mlp; do
   timeout 150 python3 benchmarks/prefill.py --no-store --no-torch --profile --reps 9 --ab prefill_gemm_tma=$scope \
     > $L/prefill-ab-$scope.log 2>&1
   echo "prefill A/B $scope rc=$?"
