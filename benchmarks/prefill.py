@@ -17,13 +17,13 @@ emptied, so nothing is served from a cache. Medians of --reps repetitions.
 where its generate() call went: host time before the first GPU work, the GPU's idle gaps
 inside its span (the largest with the kernels around them), and the time after its last work.
 --ab SETTING=VALUE measures a second engine, B, that differs from the first, A, in one tuning
-knob of engine.config.ENV_OVERRIDES (e.g. prefill_gemm_tma=mlp), in the same process: both are
+knob of engine.config.ENV_OVERRIDES (e.g. prefill_gemm_tma=off), in the same process: both are
 warmed up on each shape, and their repetitions alternate on the same fresh prompts, so drift
 in the GPU's clocks falls on both alike. It prints the two and B's time over A's; it stores
 nothing.
 Figures go to the results store as micro-benchmark `prefill-<shape>` unless --no-store.
 Usage: python3 benchmarks/prefill.py [--model dummy:smollm2-135m] [--shapes 1x4000 1x8000 64x1000]
-       [--ab prefill_gemm_tma=mlp]
+       [--ab prefill_gemm_tma=off]
 """
 from __future__ import annotations
 

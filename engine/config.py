@@ -106,8 +106,10 @@ class EngineConfig:
     gemm_max_rows: int = 64
     # A prefill's GEMMs whose tiles fill the GPU in our TMA-fed GEMM (cuda_src/gemm_tma.cu):
     # "mlp": gate|up with SiLU-and-mul as its epilogue; "all": the other projections too;
-    # "off": cuBLAS, then silu_and_mul.
-    prefill_gemm_tma: str = "off"
+    # "off": cuBLAS, then silu_and_mul. mlp against off on the H100 (session 39, median wall of
+    # alternating repetitions): 64 x 1,000 0.970, 1 x 8,000 0.992, 1 x 4,000 0.997; all
+    # against off 1.038, 1.038, 0.995 (cuBLAS is faster at the other projections' shapes).
+    prefill_gemm_tma: str = "mlp"
     cuda_debug: bool = False              # synchronize and check after every kernel launch
     # Programmatic edges between our kernels in CUDA graphs (engine.ops.pdl): a kernel's
     # blocks launch and prefetch its weights while the kernel before it still runs.

@@ -226,15 +226,15 @@ def test_gemm_tma_takes_prefills_that_fill_the_gpu(ops_tma, ops):
     rows = math.ceil(ops_tma.num_sms / 12) * 128          # 12 column tiles of SmolLM2's 1,536
     assert ops_tma._gemm_tma_fits(x_of(rows), gate_up, silu=True)
     assert not ops_tma._gemm_tma_fits(x_of(rows - 128), gate_up, silu=True)
-    assert not ops._gemm_tma_fits(x_of(8192), gate_up, silu=True)                 # off by default
+    from engine.ops.cuda_ops import CudaOps
+    off = CudaOps(EngineConfig.from_env(model="", backend="cuda", prefill_gemm_tma="off"))
+    assert not off._gemm_tma_fits(x_of(8192), gate_up, silu=True)
     assert not ops_tma._gemm_tma_fits(x_of(8192, torch.float32), gate_up.float(), silu=True)
     assert not ops_tma._gemm_tma_fits(x_of(8192), gate_up[:3000], silu=True)       # I not in 128-column tiles
     assert not ops_tma._gemm_tma_fits(x_of(8192)[:, :512], gate_up[:, :512].contiguous())        # rows not contiguous
     assert ops_tma._gemm_tma_fits(x_of(8192), gate_up[:960])
-    from engine.ops.cuda_ops import CudaOps
-    mlp = CudaOps(EngineConfig.from_env(model="", backend="cuda", prefill_gemm_tma="mlp"))
-    assert mlp._gemm_tma_fits(x_of(8192), gate_up, silu=True)
-    assert not mlp._gemm_tma_fits(x_of(8192), gate_up[:960])                       # the scope: gate|up only
+    assert ops._gemm_tma_fits(x_of(8192), gate_up, silu=True)                     # the default scope, mlp:
+    assert not ops._gemm_tma_fits(x_of(8192), gate_up[:960])                       # gate|up only
 
 
 def attention_layer(nh, nkv, d, dtype, H=576):
