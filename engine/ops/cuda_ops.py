@@ -55,9 +55,10 @@ _TMA_NARROW_COLS, _TMA_PINGPONG_COLS = constant("GEMM_TMA_NARROW_COLS"), constan
 # gemm_tma's shared memory: its stages and staged outputs, two mbarriers a stage (the kernel
 # asserts they fit in the 64 bytes past TILE_BYTES its stage counts leave), 1 KB to align the tiles.
 _TMA_SMEM = constant("GEMM_TMA_TILE_BYTES") + 4 * 16 + 1024
-# gemm_tma's kernels by (silu, W rows a tile).
-_TMA_KINDS = {(False, _TMA_COLS): "plain", (False, _TMA_NARROW_COLS): "narrow",
-              (True, _TMA_COLS): "silu", (True, _TMA_PINGPONG_COLS): "silu_pp"}
+# gemm_tma's kernels by (silu, W rows a tile, blocks that share x rows), and their cluster sizes.
+_TMA_KINDS = {(False, _TMA_COLS, 1): "plain", (False, _TMA_NARROW_COLS, 1): "narrow",
+              (True, _TMA_COLS, 1): "silu", (True, _TMA_PINGPONG_COLS, 1): "silu_pp",
+              (True, _TMA_PINGPONG_COLS, 2): "silu_pp4"}
 _SMEM_BYTES = 48 * 1024              # the gemv's x' must fit without an opt-in
 # Decode attention fetches the cached K/V of batches this small into L2 before it waits on
 # the kernel before it (a few hundred KB a layer; at larger batches the step is bandwidth-bound).
@@ -269,6 +270,7 @@ class CudaOps(Ops):
         self.gemv_max_rows = config.gemv_max_rows
         self.gemm_max_rows = config.gemm_max_rows
         self.prefill_gemm_tma = config.prefill_gemm_tma if arch == "sm_90a" else "off"
+        self._cluster_counts: dict[str, int] = {}   # gemm_tma kernel -> clusters of 4 that run at once
         try:
             cubins = cuda_build.build_all(arch)
         except RuntimeError as e:
@@ -412,11 +414,12 @@ class CudaOps(Ops):
                 and math.ceil(x.shape[0] / _TMA_ROWS) * math.ceil(N / cols) >= self.num_sms)
 
     def gemm_tma(self, x: torch.Tensor, weight: torch.Tensor, silu: bool = False,
-                 width: int | None = None) -> torch.Tensor:
+                 width: int | None = None, x_share: int = 1) -> torch.Tensor:
         """x [M, K] @ weight [N, K]^T in gemm_tma (cuda_src/gemm_tma.cu); silu: weight is the
         fused [gate; up] projection [2I, K] and the result silu_and_mul's, [M, I], rounded as
         the two ops round it. `width`: W rows a tile, plain 256 or 192 (by default
-        gemm_tma_width's), silu 128 (ping-pong, the default) or 256 (cooperative)."""
+        gemm_tma_width's), silu 128 (ping-pong, the default) or 256 (cooperative). `x_share`
+        2 (silu at 128 only): clusters of 2 x 2 blocks, each x row tile loaded once for two W tiles."""
         (M, K), N = x.shape, weight.shape[0] // (2 if silu else 1)
         y = torch.empty((M, N), dtype=x.dtype, device=x.device)
         if M and N:
@@ -425,20 +428,32 @@ class CudaOps(Ops):
                 width = width or _TMA_PINGPONG_COLS
             else:
                 width = width or gemm_tma_width(M, N, self.num_sms)
-            kind = _TMA_KINDS.get((silu, width))
+            kind = _TMA_KINDS.get((silu, width, x_share))
             if kind is None:
-                widths = sorted(w for s, w in _TMA_KINDS if s == silu)
-                raise ValueError(f"gemm_tma has {'silu' if silu else 'plain'} tiles of {widths} W rows, not {width}")
+                shapes = sorted((w, xs) for s, w, xs in _TMA_KINDS if s == silu)
+                raise ValueError(f"gemm_tma has {'silu' if silu else 'plain'} tiles of (W rows, x share) {shapes}, "
+                                 f"not {(width, x_share)}")
             cols = width // (2 if silu else 1)                          # outputs a tile
-            x_map = swizzled_rows_map(x.data_ptr(), M, K, dt, _TMA_ROWS)
+            x_map = swizzled_rows_map(x.data_ptr(), M, K, dt, _TMA_ROWS // x_share)   # each sharer's rows
             # Each block of a cluster loads half of the tile's W rows.
             w_map = swizzled_rows_map(weight.data_ptr(), weight.shape[0], K, dt, width // _TMA_CLUSTER)
             y_map = swizzled_rows_map(y.data_ptr(), M, N, dt, 64)   # the boxes a warpgroup stores
-            clusters = min(gemm_tma_pairs(M, N, cols), self.num_sms // _TMA_CLUSTER)
-            # 384 threads: a loading warpgroup and two multiplying ones.
-            self._k["gemm_tma", dt, kind](clusters * _TMA_CLUSTER, 384, x_map, w_map, y_map, M, N, K,
-                                           shared=_TMA_SMEM)
+            kernel, blocks = self._k["gemm_tma", dt, kind], _TMA_CLUSTER * x_share
+            items = gemm_tma_pairs(M, N, cols * x_share)     # a cluster's tiles: x_share W tiles of a row pair
+            # Persistent: no more clusters than run at once. 384 threads: a loading warpgroup
+            # and two multiplying ones.
+            clusters = min(items, self._max_clusters(kernel, blocks))
+            kernel(clusters * blocks, 384, x_map, w_map, y_map, M, N, K, shared=_TMA_SMEM)
         return y
+
+    def _max_clusters(self, kernel, blocks: int) -> int:
+        """How many clusters of `blocks` of a gemm_tma kernel run at once: every SM's worth for
+        pairs; for 2 x 2 what the GPCs hold (asked once a kernel)."""
+        if blocks == _TMA_CLUSTER:
+            return self.num_sms // _TMA_CLUSTER
+        if kernel.name not in self._cluster_counts:
+            self._cluster_counts[kernel.name] = kernel.max_active_clusters(blocks, 384, _TMA_SMEM)
+        return self._cluster_counts[kernel.name]
 
     def linear(self, x, weight):
         K = x.shape[-1]

@@ -110,7 +110,7 @@ def _specs() -> list[KernelSpec]:
                       KernelSpec(("gemv_qkv_rope", dt), "gemv", f"gemv_norm_qkv_rope_{dt}", "PPPPPPiifPPPPPiii")]
             specs += [KernelSpec(("gemm", dt, tile), "gemm", tile.kernel_name(dt), "PPPiii") for tile in GEMM_TILES]
             specs += [KernelSpec(("gemm_tma", dt, kind), "gemm_tma", f"gemm_tma_{kind}_{dt}", "TTTiii")
-                      for kind in ("plain", "narrow", "silu", "silu_pp")]
+                      for kind in ("plain", "narrow", "silu", "silu_pp", "silu_pp4")]
         specs += [KernelSpec(("prefill", dt, d, mt), "attention_prefill", f"attn_prefill_{dt}_d{d}_m{mt}",
                              "PlPPPiPPPiiif") for d, mt in PREFILL_SHAPES]
         if dt != "f32":
