@@ -176,8 +176,9 @@ def prefill_gemm(ops):
             ours = graph_us(lambda i: ops.gemm_tma(x, w, silu=silu), stream)
             taken = (128, 1) if silu else (gemm_tma_width(M, N, ops.num_sms), 1)
             shapes = ((256, 1), (128, 1), (128, 2)) if silu else ((256, 1), (192, 1))
-            widths = " | ".join(f"{graph_us(lambda i: ops.gemm_tma(x, w, silu=silu, width=wd, x_share=xs), stream):.2f}"
-                                f"{'*' if (wd, xs) == taken else ''}" for wd, xs in shapes)
+            widths = " | ".join(
+                f"{graph_us(lambda i: ops.gemm_tma(x, w, silu=silu, width=wd, x_share=xs), stream):.2f}"
+                f"{'*' if (wd, xs) == taken else ''}" for wd, xs in shapes)
             if silu:
                 cublas = graph_us(lambda i: ops.silu_and_mul(F.linear(x, w)), stream)
             else:

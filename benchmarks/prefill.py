@@ -302,7 +302,8 @@ def main() -> None:
         print(f"{shape:>9} {label[:24]:>24} {f['prefill_s'] * 1e3:>9.2f} {f['ttft_p50_s'] * 1e3:>9.2f} "
               f"{f['prompt_tok_s']:>10.0f} {f.get('torch_prefill_s', float('nan')) * 1e3:>9.2f}")
     if args.ab:
-        ratios = (f"{shape} {b['prefill_s'] / a['prefill_s']:.3f}" for (shape, _, a), (_, _, b) in zip(rows[::2], rows[1::2]))
+        ratios = (f"{shape} {b['prefill_s'] / a['prefill_s']:.3f}"
+                  for (shape, _, a), (_, _, b) in zip(rows[::2], rows[1::2]))
         print("\nB / A, median wall: " + ", ".join(ratios))
 
 

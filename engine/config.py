@@ -106,9 +106,9 @@ class EngineConfig:
     gemm_max_rows: int = 64
     # A prefill's GEMMs whose tiles fill the GPU in our TMA-fed GEMM (cuda_src/gemm_tma.cu):
     # "mlp": gate|up with SiLU-and-mul as its epilogue; "all": the other projections too;
-    # "off": cuBLAS, then silu_and_mul. mlp against off on the H100 (session 39, median wall of
-    # alternating repetitions): 64 x 1,000 0.970, 1 x 8,000 0.992, 1 x 4,000 0.997; all
-    # against off 1.038, 1.038, 0.995 (cuBLAS is faster at the other projections' shapes).
+    # "off": cuBLAS, then silu_and_mul. mlp against off on the H100 (session 39's call 2, median
+    # wall of alternating repetitions): 64 x 1,000 0.970, 1 x 8,000 0.992, 1 x 4,000 0.997; all
+    # against off (call 1) 1.038, 1.038, 0.995: cuBLAS is faster at the other projections' shapes.
     prefill_gemm_tma: str = "mlp"
     cuda_debug: bool = False              # synchronize and check after every kernel launch
     # Programmatic edges between our kernels in CUDA graphs (engine.ops.pdl): a kernel's
@@ -138,7 +138,8 @@ class EngineConfig:
         if self.prefill_m_tiles not in (0, 1, 2, 3):
             raise ValueError(f"prefill_m_tiles must be 0 (chosen per step), 1, 2 or 3, not {self.prefill_m_tiles}")
         if self.prefill_gemm_tma not in GEMM_TMA_SCOPES:
-            raise ValueError(f"prefill_gemm_tma must be one of {', '.join(GEMM_TMA_SCOPES)}, not {self.prefill_gemm_tma!r}")
+            raise ValueError(f"prefill_gemm_tma must be one of {', '.join(GEMM_TMA_SCOPES)}, "
+                             f"not {self.prefill_gemm_tma!r}")
         if self.prefill_ws_keys not in (64, 128):
             raise ValueError(f"prefill_ws_keys must be 64 or 128, not {self.prefill_ws_keys}")
         if self.decode_few_chunk < 16 or self.decode_few_chunk % 16:

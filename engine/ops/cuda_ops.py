@@ -55,7 +55,7 @@ _TMA_NARROW_COLS, _TMA_PINGPONG_COLS = constant("GEMM_TMA_NARROW_COLS"), constan
 # gemm_tma's shared memory: its stages and staged outputs, two mbarriers a stage (the kernel
 # asserts they fit in the 64 bytes past TILE_BYTES its stage counts leave), 1 KB to align the tiles.
 _TMA_SMEM = constant("GEMM_TMA_TILE_BYTES") + 4 * 16 + 1024
-# gemm_tma's kernels by (silu, W rows a tile, blocks that share x rows), and their cluster sizes.
+# gemm_tma's kernels by (silu, W rows a tile, blocks that share x rows).
 _TMA_KINDS = {(False, _TMA_COLS, 1): "plain", (False, _TMA_NARROW_COLS, 1): "narrow",
               (True, _TMA_COLS, 1): "silu", (True, _TMA_PINGPONG_COLS, 1): "silu_pp",
               (True, _TMA_PINGPONG_COLS, 2): "silu_pp4"}

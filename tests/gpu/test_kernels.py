@@ -192,7 +192,7 @@ def test_gemm_tma_against_torch(ops_tma, dtype, M, K, N, width):
 
 def test_gemm_tma_refuses_a_width_it_has_no_tile_for(ops_tma):
     x, w = (torch.zeros(rows, 576, dtype=torch.bfloat16, device="cuda") for rows in (8192, 960))
-    with pytest.raises(ValueError, match=r"plain tiles of \(W rows, x share\) \[\(192, 1\), \(256, 1\)\], not \(128, 1\)"):
+    with pytest.raises(ValueError, match=r"plain tiles .* \[\(192, 1\), \(256, 1\)\], not \(128, 1\)"):
         ops_tma.gemm_tma(x, w, width=128)
     with pytest.raises(ValueError, match=r"silu tiles .* \[\(128, 1\), \(128, 2\), \(256, 1\)\], not \(192, 1\)"):
         ops_tma.gemm_tma(x, w, silu=True, width=192)

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.gpu
 
 def test_two_engines_differing_in_one_knob_are_measured_alternately():
     batch, tokens, reps = 2, 300, 2
-    settings = {"backend": "cuda", "max_model_len": tokens + 16, "kv_cache_tokens": kv_tokens_for([(batch, tokens)], 16)}
+    settings = {"backend": "cuda", "max_model_len": tokens + 16,
+                "kv_cache_tokens": kv_tokens_for([(batch, tokens)], 16)}
     engines = {"A": LLM(MODEL, **settings), "B": LLM(MODEL, **settings, prefill_gemm_tma="off")}
     results = measure(engines, batch, tokens, reps, torch.Generator().manual_seed(0))
     for label, llm in engines.items():
