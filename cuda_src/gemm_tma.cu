@@ -25,10 +25,11 @@
 // every 64 outputs; shared, once for 128, as the 256-wide tiles do (L2 traffic, not the
 // tensor cores, bounds the ping-pong tiles at 8,192 rows: session 39).
 // A stage's `full` barrier completes once its bytes have landed; its `empty` one once every
-// multiplying warp of both blocks is past it, since the next load into it writes into both.
+// multiplying warp of the cluster that reads it is past it, since the next loads into it
+// write into the other blocks too.
 // Layout: x [M, K], W row-major, K % 64 == 0 and rows 16-byte aligned (the host checks);
-// plain: any N % 8 == 0; silu: N % 128 == 0.
-// y's map: boxes of 64 x 64 (tensor_map.swizzled_rows_map(..., box_rows=64)).
+// plain: any N % 8 == 0; silu: N in whole tiles of outputs (the host asks N % 128 == 0).
+// x's map: boxes of 128 / X_SHARE rows; y's map: boxes of 64 x 64 (tensor_map.swizzled_rows_map).
 // Launch: grid = 2 x clusters, block = 384, dynamic smem = _TMA_SMEM (cuda_ops.py).
 // Kernels: gemm_tma_plain_<dtype>, gemm_tma_narrow_<dtype> (BN = 192), gemm_tma_silu_<dtype>,
 // gemm_tma_silu_pp_<dtype> (BN = 128, ping-pong), gemm_tma_silu_pp4_<dtype> (the same, x shared:
