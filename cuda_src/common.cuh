@@ -107,8 +107,9 @@ template <typename T> __device__ __forceinline__ float rms_normed(float r, float
 // silu as gate * 1 / (1 + 2^(-gate log2 e)) in the fast exponential (ex2.approx) and a
 // correctly rounded reciprocal: within 2 float ulps of the IEEE expression, far inside the
 // 16-bit rounding that follows, at a few instructions where expf and the division took ~25
-// (gemm_tma's fused epilogue spends most of its time here). Below gate = -88.7, 1 + e^-gate
-// is inf and the result 0, as the true value rounds to. (__fdividef here spills gemm_tma_silu_f16.)
+// (it did not speed gemm_tma's cooperative silu tiles, session 39: their epilogue is slow for
+// another reason). Below gate = -88.7, 1 + e^-gate is inf and the result 0, as the true value
+// rounds to. (__fdividef here spills gemm_tma_silu_f16.)
 template <typename T> __device__ __forceinline__ float silu_times(float gate, float up) {
     return to_float(from_float<T>(gate * __frcp_rn(1.f + __expf(-gate)))) * up;
 }

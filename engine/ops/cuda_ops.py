@@ -17,8 +17,8 @@ import torch
 from engine.config import EngineConfig
 from engine.ops import cuda_build
 from engine.ops.base import Ops, SamplingTensors
-from engine.ops.kernel_table import (DECODE_GROUPS, GEMM_TILES, KERNELS, PREFILL_SHAPES, PREFILL_WG_SHAPES,
-                                     PREFILL_WS_M_TILES, PREFILL_WS_SHAPES, GemmTile, constant)
+from engine.ops.kernel_table import (DECODE_GROUPS, GEMM_TILES, GEMM_TMA_KINDS, KERNELS, PREFILL_SHAPES,
+                                     PREFILL_WG_SHAPES, PREFILL_WS_M_TILES, PREFILL_WS_SHAPES, GemmTile, constant)
 from engine.ops.tensor_map import swizzled_rows_map
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
@@ -55,10 +55,6 @@ _TMA_NARROW_COLS, _TMA_PINGPONG_COLS = constant("GEMM_TMA_NARROW_COLS"), constan
 # gemm_tma's shared memory: its stages and staged outputs, two mbarriers a stage (the kernel
 # asserts they fit in the 64 bytes past TILE_BYTES its stage counts leave), 1 KB to align the tiles.
 _TMA_SMEM = constant("GEMM_TMA_TILE_BYTES") + 4 * 16 + 1024
-# gemm_tma's kernels by (silu, W rows a tile, blocks that share x rows).
-_TMA_KINDS = {(False, _TMA_COLS, 1): "plain", (False, _TMA_NARROW_COLS, 1): "narrow",
-              (True, _TMA_COLS, 1): "silu", (True, _TMA_PINGPONG_COLS, 1): "silu_pp",
-              (True, _TMA_PINGPONG_COLS, 2): "silu_pp4"}
 _SMEM_BYTES = 48 * 1024              # the gemv's x' must fit without an opt-in
 # Decode attention fetches the cached K/V of batches this small into L2 before it waits on
 # the kernel before it (a few hundred KB a layer; at larger batches the step is bandwidth-bound).
@@ -428,9 +424,9 @@ class CudaOps(Ops):
                 width = width or _TMA_PINGPONG_COLS
             else:
                 width = width or gemm_tma_width(M, N, self.num_sms)
-            kind = _TMA_KINDS.get((silu, width, x_share))
+            kind = GEMM_TMA_KINDS.get((silu, width, x_share))
             if kind is None:
-                shapes = sorted((w, xs) for s, w, xs in _TMA_KINDS if s == silu)
+                shapes = sorted((w, xs) for s, w, xs in GEMM_TMA_KINDS if s == silu)
                 raise ValueError(f"gemm_tma has {'silu' if silu else 'plain'} tiles of (W rows, x share) {shapes}, "
                                  f"not {(width, x_share)}")
             cols = width // (2 if silu else 1)                          # outputs a tile

@@ -86,6 +86,13 @@ def constant(name: str) -> int:
     return CONSTANTS[name][2]
 
 
+# gemm_tma's kernels (gemm_tma_<kind>_<dtype>) by (silu, W rows a tile, blocks that share x rows).
+_WIDE, _NARROW = constant("GEMM_TMA_COLS"), constant("GEMM_TMA_NARROW_COLS")
+_PINGPONG = constant("GEMM_TMA_PINGPONG_COLS")
+GEMM_TMA_KINDS = {(False, _WIDE, 1): "plain", (False, _NARROW, 1): "narrow", (True, _WIDE, 1): "silu",
+                  (True, _PINGPONG, 1): "silu_pp", (True, _PINGPONG, 2): "silu_pp4"}
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     key: str | tuple     # how cuda_ops looks it up
@@ -110,7 +117,7 @@ def _specs() -> list[KernelSpec]:
                       KernelSpec(("gemv_qkv_rope", dt), "gemv", f"gemv_norm_qkv_rope_{dt}", "PPPPPPiifPPPPPiii")]
             specs += [KernelSpec(("gemm", dt, tile), "gemm", tile.kernel_name(dt), "PPPiii") for tile in GEMM_TILES]
             specs += [KernelSpec(("gemm_tma", dt, kind), "gemm_tma", f"gemm_tma_{kind}_{dt}", "TTTiii")
-                      for kind in ("plain", "narrow", "silu", "silu_pp", "silu_pp4")]
+                      for kind in GEMM_TMA_KINDS.values()]
         specs += [KernelSpec(("prefill", dt, d, mt), "attention_prefill", f"attn_prefill_{dt}_d{d}_m{mt}",
                              "PlPPPiPPPiiif") for d, mt in PREFILL_SHAPES]
         if dt != "f32":
