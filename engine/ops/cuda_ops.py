@@ -266,6 +266,7 @@ class CudaOps(Ops):
         self.gemv_max_rows = config.gemv_max_rows
         self.gemm_max_rows = config.gemm_max_rows
         self.prefill_gemm_tma = config.prefill_gemm_tma if arch == "sm_90a" else "off"
+        self.silu_x_share = config.prefill_silu_x_share
         self._cluster_counts: dict[str, int] = {}   # gemm_tma kernel -> clusters of 4 that run at once
         try:
             cubins = cuda_build.build_all(arch)
@@ -465,7 +466,8 @@ class CudaOps(Ops):
         if not self._gemm_tma_fits(x, layer.gate_up, silu=True):
             return super().mlp_block(x, residual, layer, step)
         normed, residual = self.rms_norm(x, layer.ffn_norm, step.shape.rms_norm_eps, residual)
-        return self.linear(self.gemm_tma(normed, layer.gate_up, silu=True), layer.down), residual
+        gated = self.gemm_tma(normed, layer.gate_up, silu=True, x_share=self.silu_x_share)
+        return self.linear(gated, layer.down), residual
 
     def norm_linear(self, x, residual, norm_weight, eps, weight):
         K = x.shape[-1]

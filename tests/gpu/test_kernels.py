@@ -200,7 +200,8 @@ def test_gemm_tma_refuses_a_width_it_has_no_tile_for(ops_tma):
         ops_tma.gemm_tma(x, w, silu=True, width=256, x_share=2)
 
 
-@pytest.mark.parametrize("width,x_share", [(128, 1), (256, 1), (128, 2)])
+@pytest.mark.parametrize("width,x_share", [(128, 1), (256, 1), (128, 2)],
+                         ids=["pingpong", "cooperative", "shared_x"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("M,K,I", [(8192, 576, 1536), (1500, 576, 1536), (4133, 576, 1536), (700, 2048, 8192),
                                    (90, 64, 128), (1000, 576, 384), (300, 576, 192)])
