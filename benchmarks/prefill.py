@@ -93,14 +93,20 @@ class TorchPrefill:
 
 
 def parse_setting(text: str) -> tuple[str, object]:
-    """SETTING=VALUE: one tuning knob of ENV_OVERRIDES, its value read as from its variable."""
+    """SETTING=VALUE: one tuning knob of ENV_OVERRIDES, its value read as from its variable and
+    checked as the engine's config checks it, before either engine is built."""
     name, equals, value = text.partition("=")
     if not equals or name not in ENV_OVERRIDES:
         raise argparse.ArgumentTypeError(f"{text!r} is not SETTING=VALUE for a setting of {', '.join(ENV_OVERRIDES)}")
     try:
-        return name, ENV_OVERRIDES[name][1](value)
+        parsed = ENV_OVERRIDES[name][1](value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a valid {name}") from None
+    try:
+        EngineConfig("", **{name: parsed})
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return name, parsed
 
 
 def kv_tokens_for(shapes: list[tuple[int, int]], block_size: int) -> int:
