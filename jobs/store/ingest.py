@@ -49,7 +49,7 @@ class RunRecord:
     code_hash: str | None = None  # the code that ran, from its files (jobs.code_identity)
     host: str | None = None
     gpu_name: str | None = None
-    cpu_name: str | None = None  # e.g. "AMD EPYC x2 avx2" (jobs.host_facts.cpu_name)
+    cpu_name: str | None = None  # e.g. "AMD EPYC family 23 model 49 x2 avx2" (jobs.host_facts.cpu_name)
     driver_version: str | None = None
     cuda_version: str | None = None
     airflow_dag_id: str | None = None
