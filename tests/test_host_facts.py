@@ -19,8 +19,8 @@ def test_a_model_name_without_a_model_gets_the_family_and_model_numbers():
 
 
 def test_a_model_name_that_names_its_model_is_kept_as_it_is():
-    name = cpu_name(cpuinfo("AMD EPYC 7763 64-Core Processor", 25, 1, "avx2 avx512f avx512_bf16"))
-    assert name == f"AMD EPYC 7763 64-Core Processor x{os.cpu_count()} avx512_bf16"
+    name = cpu_name(cpuinfo("AMD EPYC 9654 96-Core Processor", 25, 17, "avx2 avx512f avx512_bf16"))
+    assert name == f"AMD EPYC 9654 96-Core Processor x{os.cpu_count()} avx512_bf16"
 
 
 def test_without_cpuinfo_the_name_still_has_cores_and_no_isa():
