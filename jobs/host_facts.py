@@ -20,11 +20,10 @@ def cpu_name(cpuinfo: str | None = None) -> str:
     """The host CPU as results depend on it: model, logical cores, widest vector ISA
     (e.g. "AMD EPYC 7763 64-Core Processor x2 avx2"). Two 2-core EPYC hosts of this
     project, one with AVX-512 BF16 and one with AVX2 only, ran the CPU workloads 3.5x
-    apart. A model name that
-    names no model ("AMD EPYC", as a hypervisor may call every EPYC) gets the CPU's family
-    and model numbers: two 2-core AVX2-only hosts named so, Zen 1 (family 23 model 1) and
-    Zen 2 (model 49), ran the same 4-bit workload at 1.14x and 2.03x llama.cpp's speed.
-    `cpuinfo`: /proc/cpuinfo's text, read when not given."""
+    apart. A model name that names no model ("AMD EPYC", as a hypervisor may call every
+    EPYC) gets the CPU's family and model numbers: two 2-core AVX2-only hosts named so,
+    Zen 1 (family 23 model 1) and Zen 2 (model 49), ran the same 4-bit workload at 1.14x
+    and 2.03x llama.cpp's speed. `cpuinfo`: /proc/cpuinfo's text, read when not given."""
     model, isa = _cpu_model_and_isa(cpuinfo)
     return " ".join(filter(None, (model, f"x{os.cpu_count()}", isa)))
 
