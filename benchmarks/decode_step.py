@@ -6,9 +6,11 @@ sampling), replayed on dummy weights of the SmolLM2-135M architecture with every
 row at the given context; timed with CUDA events after warm-up, median of many
 replays, rotating over several rows-to-blocks layouts so that the KV reads are
 not served from L2. The floor is the bytes the step must read (weights + the
-KV of every row) at the measured device copy rate. `--context LO-HI` gives each row its
-own context, drawn uniformly from LO..HI (seeded: the same lengths every run), as a
-batch of mixed lengths is in nano-bench; the decode work list is planned from them.
+KV of every row) at the device copy rate, measured on this card in this process
+(benchmarks/copy_ceiling.py) and recorded beside the ratio. `--context LO-HI` gives
+each row its own context, drawn uniformly from LO..HI (seeded: the same lengths every
+run), as a batch of mixed lengths is in nano-bench; the decode work list is planned
+from them.
 Figures are also written to the results store as the micro-benchmark
 `decode-step-b<batch>-c<context>` (jobs/microbench.py) unless --no-store.
 --profile prints the step's kernels (torch.profiler over 20 replays): time per
@@ -26,10 +28,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.copy_ceiling import copy_ceiling  # noqa: E402
 from engine import LLM  # noqa: E402
 from jobs.store.models import utcnow  # noqa: E402
-
-COPY_CEILING = 4.26e12  # bytes/s, device-to-device copy measured on the H200 (GPU-HOST.md)
 
 
 def context_range(text: str) -> tuple[int, int]:
@@ -107,21 +108,23 @@ def main() -> None:
     c = llm.model_config
     weight_bytes = llm.model.decode_bytes()
     kv_bytes = int((ctx + 1).sum()) * llm._kv_bytes_per_token()
-    floor = (weight_bytes + kv_bytes) / COPY_CEILING
+    mem = llm.memory_report()   # before the copy's buffers can enter torch's peak
+    ceiling = copy_ceiling()
+    floor = (weight_bytes + kv_bytes) / ceiling
     print(f"decode step B={B} ctx={label} ({c.num_layers} layers, graph replay): median {step * 1e3:.3f} ms; "
           f"floor {floor * 1e3:.3f} ms (weights {weight_bytes / 1e6:.0f} MB + KV {kv_bytes / 1e6:.0f} MB "
-          f"at 4.26 TB/s); ratio {step / floor:.2f}x; {getattr(g, 'programmatic_edges', 0)} programmatic edges "
-          f"(engine.ops.pdl)")
+          f"at {ceiling / 1e12:.2f} TB/s, this card's copy rate); ratio {step / floor:.2f}x; "
+          f"{getattr(g, 'programmatic_edges', 0)} programmatic edges (engine.ops.pdl)")
     if args.profile:
         print_kernel_profile(run, step)
-    mem = llm.memory_report()
     print("GPU memory: " + ", ".join(f"{k} {v / 1e9:.3f} GB" for k, v in mem.items()))
     if not args.no_store:
         from jobs.microbench import record_microbench
         config = {"model": args.model, "batch": B, "context": ctx_config(lo, hi),
                   "dtype": str(llm.dtype).removeprefix("torch."), "layouts": args.layouts}
         figures = {"decode_step_s": step, "roofline_ratio": step / floor,
-                   "memory_other_frac": mem["other"] / mem["peak_allocated"]}
+                   "memory_other_frac": mem["other"] / mem["peak_allocated"],
+                   "copy_bytes_per_s": ceiling}
         run_id = record_microbench(f"decode-step-b{B}-c{label}", config, figures, started, utcnow())
         print(f"recorded run {run_id}")
 

@@ -1,4 +1,4 @@
-"""Kernel micro-benchmarks: decode attention against the device copy ceiling, the
+"""Kernel micro-benchmarks: decode attention against this card's device copy rate, the
 small-batch linear layers (our fused gemv kernels against norm/activation + cuBLAS),
 the decode GEMM at each of its tiles against cuBLAS, and a prefill's GEMMs in gemm_tma
 against cuBLAS, as a CUDA graph runs them (plain edges: these are the kernels' own
@@ -22,11 +22,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.copy_ceiling import copy_ceiling  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.ops.base import AttentionMetadata  # noqa: E402
 from engine.ops.cuda_ops import CudaOps, gemm_tma_width  # noqa: E402
-
-COPY_CEILING = 4.26e12  # bytes/s, device-to-device copy measured on the H200 (GPU-HOST.md)
 
 
 def decode_case(lens, nh=9, nkv=3, d=64, bs=16, dtype=torch.bfloat16, copies=4, capture_len=None):
@@ -87,6 +86,8 @@ def attention(ops):
              ("B=64 ctx=1024", [1024] * 64, None), ("B=256 ctx=4096", [4096] * 256, None),
              ("B=1 ctx=257", [257], 8192), ("B=1 ctx=4096", [4096], 8192)]
     default = ops.decode_slack
+    ceiling = copy_ceiling()
+    print(f"this card's device copy rate: {ceiling / 1e12:.2f} TB/s (bytes read + written)")
     print(f"{'case (9q/3kv, d=64, bf16)':<34} {'slack':>6} {'median us':>10} {'GB/s':>8} {'% of copy ceiling':>18}")
     for label, lens, capture_len in cases:
         q, caches, meta, nbytes = decode_case(lens, capture_len=capture_len)
@@ -100,7 +101,7 @@ def attention(ops):
             us = graph_us(call, stream)
             gbs = nbytes / (us * 1e-6) / 1e9
             print(f"{label + (' *' if slack == default else ''):<34} {slack:>6.2f} {us:>10.1f} {gbs:>8.0f} "
-                  f"{100 * gbs * 1e9 / COPY_CEILING:>17.1f}%")
+                  f"{100 * gbs * 1e9 / ceiling:>17.1f}%")
     ops.decode_slack = default
 
 

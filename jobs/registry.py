@@ -41,11 +41,14 @@ METRICS: dict[str, MetricSpec] = {
     # Fraction of requests whose output matches the reference engine's.
     "agreement": MetricSpec("fraction", "higher"),
     # Micro-benchmarks (jobs/microbench.py): a CUDA-graph decode step, its ratio to the
-    # roofline floor (weights + KV bytes at the device copy rate), and the share of peak
-    # GPU memory that is neither weights nor KV cache.
+    # roofline floor (weights + KV bytes at the device copy rate), the share of peak
+    # GPU memory that is neither weights nor KV cache, and that copy rate, measured on the
+    # card in the run (bytes read + written a second; runs before 2026-12-07 used the
+    # H200's 4.26e12 from GPU-HOST.md on every card and did not record it).
     "decode_step_s": MetricSpec("s", "lower"),
     "roofline_ratio": MetricSpec("x", "lower"),
     "memory_other_frac": MetricSpec("fraction", "lower"),
+    "copy_bytes_per_s": MetricSpec("bytes/s", "higher"),
     # The CPU GEMMs of one decode step (benchmarks/cpu_matmul.py): every layer's projections and the head.
     "gemm_step_s": MetricSpec("s", "lower"),
     # Prefill (benchmarks/prefill.py; its TTFT is ttft_p50_s): our engine's wall clock for a batch of
