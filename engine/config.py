@@ -8,6 +8,7 @@ blocks that fit), so reading the config tells what the engine runs with.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, fields
 
 BACKENDS = ("auto", "cuda", "torch")
@@ -156,13 +157,21 @@ class EngineConfig:
     @classmethod
     def from_env(cls, model: str, environ=os.environ, **settings) -> EngineConfig:
         """The config of `settings`, with the tuning knobs of ENV_OVERRIDES that the
-        environment sets and `settings` does not."""
+        environment sets and `settings` does not. Where both set a knob, the caller's value
+        stands and a warning says so: a sweep must not believe it measured a value that
+        never ran (the bench adapter sets its own step budget, for one)."""
         for name, (variable, parse) in ENV_OVERRIDES.items():
-            if name not in settings and environ.get(variable) is not None:
-                try:
-                    settings[name] = parse(environ[variable])
-                except ValueError:
-                    raise ValueError(f"{variable}={environ[variable]!r} is not a valid {name}") from None
+            if environ.get(variable) is None:
+                continue
+            try:
+                value = parse(environ[variable])
+            except ValueError:
+                raise ValueError(f"{variable}={environ[variable]!r} is not a valid {name}") from None
+            if name not in settings:
+                settings[name] = value
+            elif settings[name] != value:
+                warnings.warn(f"{variable}={environ[variable]!r} is not applied: the caller sets "
+                              f"{name}={settings[name]!r}", stacklevel=2)
         unknown = set(settings) - {f.name for f in fields(cls)}
         if unknown:
             raise TypeError(f"unknown engine settings: {', '.join(sorted(unknown))}")

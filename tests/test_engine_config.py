@@ -2,6 +2,8 @@
 what the engine really runs with, and the one object its parts read their settings from."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from engine import LLM
@@ -35,7 +37,11 @@ def test_environment_overrides_fill_only_what_the_caller_left_unset():
     assert (config.decode_slack, config.cuda_debug, config.gemv_max_rows) == (1.75, True, 4)
     assert config.max_num_batched_tokens == 16384
     assert config.decode_few_rows == 0
-    assert EngineConfig.from_env("m", environ=env, decode_slack=2.0).decode_slack == 2.0
+    with pytest.warns(UserWarning, match="ROADGATE_DECODE_SLACK='1.75' is not applied: the caller sets decode_slack=2.0"):
+        assert EngineConfig.from_env("m", environ=env, decode_slack=2.0).decode_slack == 2.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")        # the caller asking for what the environment says: nothing to warn of
+        assert EngineConfig.from_env("m", environ=env, decode_slack=1.75).decode_slack == 1.75
     with pytest.raises(ValueError, match="ROADGATE_DECODE_SLACK='many' is not a valid decode_slack"):
         EngineConfig.from_env("m", environ={"ROADGATE_DECODE_SLACK": "many"})
     # The GEMM scope by name, or 0 / 1 as the other switches take.
