@@ -42,8 +42,9 @@ def test_environment_overrides_fill_only_what_the_caller_left_unset():
     with warnings.catch_warnings():
         warnings.simplefilter("error")        # the caller asking for what the environment says: nothing to warn of
         assert EngineConfig.from_env("m", environ=env, decode_slack=1.75).decode_slack == 1.75
-    with pytest.raises(ValueError, match="ROADGATE_DECODE_SLACK='many' is not a valid decode_slack"):
-        EngineConfig.from_env("m", environ={"ROADGATE_DECODE_SLACK": "many"})
+    for pinned in ({}, {"decode_slack": 2.0}):   # refused whether or not the caller sets the knob too
+        with pytest.raises(ValueError, match="ROADGATE_DECODE_SLACK='many' is not a valid decode_slack"):
+            EngineConfig.from_env("m", environ={"ROADGATE_DECODE_SLACK": "many"}, **pinned)
     # The GEMM scope by name, or 0 / 1 as the other switches take.
     for value, scope in [("mlp", "mlp"), ("1", "all"), ("0", "off"), ("all", "all")]:
         assert EngineConfig.from_env("m", environ={"ROADGATE_PREFILL_GEMM_TMA": value}).prefill_gemm_tma == scope
