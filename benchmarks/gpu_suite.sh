@@ -28,7 +28,7 @@ step() {  # step NAME COMMAND...: run, log to $OUT/NAME.log, remember the last l
   summary+=("$(printf '%-10s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$OUT/$name.log")")")
 }
 
-step tests python3 -m pytest -q -m gpu ${SUITE_TESTS:-tests/gpu} -p no:cacheprovider -s
+step tests python3 -m pytest -q -rs -m gpu ${SUITE_TESTS:-tests/gpu} -p no:cacheprovider -s   # -rs: each skip with its reason
 step memcheck compute-sanitizer --tool memcheck --print-limit 20 python3 -c "
 from engine import LLM, SamplingParams
 llm = LLM('$ROADGATE_TEST_MODEL', backend='cuda', kv_cache_tokens=4096, max_num_seqs=8)
