@@ -93,16 +93,16 @@ STEP_DTYPES = {"token_ids": np.int64, "source_rows": np.int64, "positions": np.i
                "counters": np.int64, "block_tables": np.int32}
 
 
-def static_inputs(config: EngineConfig, device: torch.device) -> StaticInputs:
+def static_inputs(config: EngineConfig, device: torch.device, syncs: HostSyncCounter | None = None) -> StaticInputs:
     """Slots for every array of a step, sized for the largest: the budget's tokens,
-    max_num_seqs rows of block tables max_model_len wide."""
+    max_num_seqs rows of block tables max_model_len wide; `syncs` counts the waits on them."""
     tokens, rows = max(config.max_num_batched_tokens, config.max_num_seqs), config.max_num_seqs
     width = math.ceil(config.max_model_len / config.block_size)
     shapes = {"token_ids": (tokens,), "source_rows": (tokens,), "positions": (tokens,), "slots": (tokens,),
               "query_start": (rows + 1,), "seq_lens": (rows,), "sample_rows": (rows,), "last_tokens": (rows,),
               "temperature": (rows,), "top_k": (rows,), "top_p": (rows,), "seeds": (rows,), "counters": (rows,),
               "block_tables": (rows, width)}    # last: an upload copies only the rows used
-    return StaticInputs({name: (STEP_DTYPES[name], shape) for name, shape in shapes.items()}, device)
+    return StaticInputs({name: (STEP_DTYPES[name], shape) for name, shape in shapes.items()}, device, syncs)
 
 
 def _step_array(into: dict[str, np.ndarray] | None, name: str, rows: int, width: int | None = None) -> np.ndarray:
@@ -174,7 +174,7 @@ class ModelRunner:
             self._stream = torch.cuda.current_stream(device)
         # Every step's inputs, on the device at fixed places: what the graphs read, where
         # there are graphs (engine.cuda_graphs.DecodeGraphs, engine.prefill_graphs.PrefillGraphs).
-        self.inputs = static_inputs(config, device)
+        self.inputs = static_inputs(config, device, self.syncs)
         self.graphs = self.prefill_graphs = None
         if capture_graphs:
             from engine.cuda_graphs import DecodeGraphs

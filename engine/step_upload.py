@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from engine.ops.driver import copy_async
+from engine.sync import HostSyncCounter
 
 _ALIGN = 16
 _TORCH_DTYPES = {np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32,
@@ -97,7 +98,8 @@ class StaticInputs:
     """One device buffer holding a step's inputs at fixed places, for any step up to the
     largest: `views` are its slots at full size, what CUDA graphs are captured on."""
 
-    def __init__(self, slots: dict[str, tuple[np.dtype, tuple[int, ...]]], device: torch.device):
+    def __init__(self, slots: dict[str, tuple[np.dtype, tuple[int, ...]]], device: torch.device,
+                 syncs: HostSyncCounter | None = None):
         self.layout = Layout(slots)
         self.device = device
         self.buffer = torch.zeros(self.layout.nbytes, dtype=torch.uint8, device=device)
@@ -111,6 +113,7 @@ class StaticInputs:
         self._host_views = [self.layout.host_views(s) for s in self._staging]
         self._copied = [torch.cuda.Event() for _ in range(2)] if cuda else None
         self._stream = torch.cuda.current_stream(device) if cuda else None    # recorded on (see ModelRunner)
+        self._syncs = syncs or HostSyncCounter()     # the engine's, where it waits (engine.sync)
         self._turn = 0
 
     def host_slots(self) -> dict[str, np.ndarray]:
@@ -118,10 +121,14 @@ class StaticInputs:
         in (each in its slot's leading corner; a 2-D array keeps the slot's row stride): then
         `upload(..., in_place=True)` has nothing to fill, where filling a buffer the cache has
         not held since two steps ago cost ~40 µs of a 4,000-token step on the development host.
-        Waits for the copy from this buffer of two steps ago (almost always done: the step
-        between read that step's tokens, sampled after it)."""
-        if self._copied:
-            self._copied[self._turn].synchronize()
+        Waits for the copy from this buffer of two steps ago where it has not run, which it
+        almost always has (the step between read that step's tokens, sampled after it): asked
+        first, so no wait is made for nothing, and counted where one is made, as a lagged one
+        (the step that reads the copy is queued behind it). Waiting on it every step uncounted
+        made CUPTI's cudaEventSynchronize calls twice the engine's count (session 42)."""
+        copied = self._copied[self._turn] if self._copied else None
+        if copied is not None and not copied.query():
+            self._syncs.wait(copied, work_queued_behind=True)
         return self._host_views[self._turn]
 
     def upload(self, arrays: dict[str, np.ndarray | None], in_place: bool = False) -> Mapping[str, torch.Tensor]:
