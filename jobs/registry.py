@@ -57,6 +57,9 @@ METRICS: dict[str, MetricSpec] = {
     "prefill_s": MetricSpec("s", "lower"),
     "prompt_tok_s": MetricSpec("tok/s", "higher"),
     "torch_prefill_s": MetricSpec("s", "lower"),
+    # The same plain-torch pass replayed as a CUDA graph captured for the shape: the peer at its
+    # best, without its host's launches (recorded since 2026-12-07; eager stays beside it).
+    "torch_graph_prefill_s": MetricSpec("s", "lower"),
     # Decode steps traced through CUPTI (benchmarks/step_trace.py), each a mean per step: the runtime
     # API calls that wait for or poll the device or copy, counted by the trace, beside the engine's
     # own count of its waits (syncs_per_step, and the lagged reads: waits with the next step queued);
