@@ -20,7 +20,8 @@ if grep -q H200 $L/gpu.txt; then
 fi
 timeout 120 python3 benchmarks/prefill.py --no-store > $L/prefill.log 2>&1; echo "prefill rc=$?"; tail -n 4 $L/prefill.log
 timeout 60 python3 benchmarks/step_trace.py --no-store > $L/step-trace.log 2>&1; echo "step-trace rc=$?"; tail -n 3 $L/step-trace.log
-git apply docs/performance-evidence/2026-12-07-s42-issue20-h100-pp4-and-checks/shared-qkv.diff || exit 4
+qkv=docs/performance-evidence/2026-12-07-s42-issue20-h100-pp4-and-checks/shared-qkv.diff
+git apply $qkv || patch -p1 < $qkv || exit 4
 sha256sum cuda_src/* engine/*.py engine/ops/*.py benchmarks/*.py > $L/code-shared-qkv.sha256
 timeout 150 python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests/gpu/test_model_cuda.py > $L/tests-qkv.log 2>&1
 echo "shared-qkv gpu tests rc=$?"; tail -n 1 $L/tests-qkv.log; grep -E "^(E |FAILED)" $L/tests-qkv.log | head -10
