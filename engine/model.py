@@ -152,11 +152,13 @@ class LlamaModel:
     # pieces run the ops `forward` runs for a prefill, in the same order.
 
     def piece(self, i: int, carry: Carry | None, token_ids: torch.Tensor, step: Step,
-              kv_cache: torch.Tensor, attn: torch.Tensor) -> Carry | torch.Tensor:
+              kv_cache: torch.Tensor, attn: torch.Tensor, qkv: torch.Tensor | None = None) -> Carry | torch.Tensor:
         """Piece i of num_layers + 1: piece 0 embeds the tokens, piece i > 0 finishes layer
         i - 1 (output projection and MLP) from `carry` and its attention's output `attn`
-        [T, nh, d]; then layer i's attention inputs (its Carry), or, after the last layer,
-        the final norm (hidden states, as `forward` returns them)."""
+        [T, nh, d]; then layer i's attention inputs (its Carry, its queries a view of `qkv`
+        [T, (nh + 2 nkv) d] where given: every layer may share one, as each layer's attention
+        reads its queries before the next piece writes), or, after the last layer, the final
+        norm (hidden states, as `forward` returns them)."""
         ops = self.ops
         if i == len(self.layers):
             return self._finish(attn, carry.residual, step)
@@ -166,7 +168,8 @@ class LlamaModel:
             layer = self.layers[i - 1]
             h = ops.linear(attn.flatten(1), layer.o)
             h, residual = ops.mlp_block(h, carry.residual, layer, step)
-        q, residual = ops.attention_inputs(h, residual, self.layers[i], (kv_cache[i, 0], kv_cache[i, 1]), step)
+        q, residual = ops.attention_inputs(h, residual, self.layers[i], (kv_cache[i, 0], kv_cache[i, 1]), step,
+                                           qkv)
         return Carry(q, residual)
 
     def attend(self, i: int, q: torch.Tensor, attn: torch.Tensor, step: Step, kv_cache: torch.Tensor) -> None:

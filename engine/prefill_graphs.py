@@ -56,10 +56,13 @@ def kept_rows(bucket: int, max_num_seqs: int) -> int:
 
 
 def held_bytes(config: EngineConfig, model_config, element_size: int) -> int:
-    """GPU memory the graphs keep: every piece's q|k|v projection (its queries are a view
-    of it) at every bucket; the engine leaves it out of the KV cache."""
+    """GPU memory the graphs keep: the one q|k|v projection every piece of every bucket writes
+    (its queries are a view of it); the engine leaves it out of the KV cache. A projection a
+    piece, as the graphs kept before, held 1.56 GB at 8,192 tokens a step and 3.2 GB at 16,384
+    (SmolLM2-135M): nearly all the GPU memory outside weights and KV cache (1.73 and 3.41 GB,
+    benchmarks/decode_step.py on an H100, session 42; 0.21 and 0.32 GB with one, session 43)."""
     c = model_config
-    return sum(token_buckets(config.max_num_batched_tokens)) * c.num_layers * (c.q_size + 2 * c.kv_size) * element_size
+    return config.max_num_batched_tokens * (c.q_size + 2 * c.kv_size) * element_size
 
 
 class PrefillGraphs:
@@ -74,6 +77,10 @@ class PrefillGraphs:
         s = model.shape
         self.attn = torch.empty((self.buckets[-1], s.num_heads, s.head_dim), dtype=kv_cache.dtype,
                                 device=kv_cache.device)
+        # The q|k|v projection every piece writes and the attention after it reads: pieces run
+        # one at a time, each layer's attention between two of them.
+        self.qkv = torch.empty((self.buckets[-1], (s.num_heads + 2 * s.num_kv_heads) * s.head_dim),
+                               dtype=kv_cache.dtype, device=kv_cache.device)
         pool = torch.cuda.graph_pool_handle()
         # Per bucket: each piece's graph and the queries it leaves for attention or, the
         # last one, the step's hidden states.
@@ -121,10 +128,10 @@ class PrefillGraphs:
                                  max_query_len=bucket, max_seq_len=bucket)
         meta.last = meta.at_last_tokens(v["last_tokens"][:kept_rows(bucket, self.max_num_seqs)], bucket)
         step = Step(model.shape, v["positions"][:bucket], model.cos_sin, meta)
-        token_ids, attn = v["token_ids"][:bucket], self.attn[:bucket]
+        token_ids, attn, qkv = v["token_ids"][:bucket], self.attn[:bucket], self.qkv[:bucket]
         pieces, carry = [], None
         for i in range(len(model.layers) + 1):
-            graph, carry = capture(lambda i=i, c=carry: model.piece(i, c, token_ids, step, self.kv_cache, attn),
+            graph, carry = capture(lambda i=i, c=carry: model.piece(i, c, token_ids, step, self.kv_cache, attn, qkv),
                                    pool, self.side_stream, self.programmatic)
             pieces.append((graph, carry.q if isinstance(carry, Carry) else carry))
         return pieces

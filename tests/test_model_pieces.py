@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 
 from engine.input_batch import InputBatch
@@ -31,17 +32,22 @@ def prefill_inputs(llm, prompts, pad_tokens_to=None):
     return dev, runner._metadata(inputs, dev)
 
 
-def run_pieces(model, dev, meta, kv_cache, attn):
+def run_pieces(model, dev, meta, kv_cache, attn, qkv=None):
     step = Step(model.shape, dev["positions"], model.cos_sin, meta)
     carry = None
     for i in range(len(model.layers) + 1):
-        carry = model.piece(i, carry, dev["token_ids"], step, kv_cache, attn)
+        carry = model.piece(i, carry, dev["token_ids"], step, kv_cache, attn, qkv)
         if i < len(model.layers):
+            assert qkv is None or carry.q.data_ptr() == qkv.data_ptr()     # the queries are the buffer's
             model.attend(i, carry.q, attn, step, kv_cache)
     return carry
 
 
-def test_pieces_with_padding_give_the_forward_pass(llm):
+@pytest.mark.parametrize("shared_qkv", [False, True], ids=["a-projection-a-piece", "one-projection"])
+def test_pieces_with_padding_give_the_forward_pass(llm, shared_qkv):
+    """Prefill graphs replay the pieces with one q|k|v projection for every piece (each layer's
+    attention reads its queries before the next piece writes it): the same result as with a
+    projection a piece."""
     prompts = [[(13 * i + 5 * j) % 3000 + 10 for j in range(n)] for i, n in enumerate((7, 21))]
     model = llm.model
     eager_cache, pieces_cache = torch.zeros_like(llm.kv_cache), torch.zeros_like(llm.kv_cache)
@@ -55,7 +61,9 @@ def test_pieces_with_padding_give_the_forward_pass(llm):
     # The batch's 4 rows are kept: the 2 sequences' last tokens, then token 0.
     assert dev["last_tokens"].tolist() == [6, 27, 0, 0]
     attn = torch.full((32, model.shape.num_heads, model.shape.head_dim), float("nan"))
-    hidden = run_pieces(model, dev, meta, pieces_cache, attn)
+    s = model.shape
+    qkv = torch.full((32, (s.num_heads + 2 * s.num_kv_heads) * s.head_dim), float("nan")) if shared_qkv else None
+    hidden = run_pieces(model, dev, meta, pieces_cache, attn, qkv)
     # The last layer's attention wrote only the kept tokens' rows; earlier layers' wrote every
     # real token's, and the padding's rows carry NaN from the buffer, which no real row sees.
     assert attn[28:].isnan().all() and not attn[:28].isnan().any()

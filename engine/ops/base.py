@@ -150,27 +150,31 @@ class Ops(Protocol):
         NO_TOKEN for a row with a NaN logit or none above -inf; written into `out` ([B]
         int64, contiguous) where it is given."""
 
-    def linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """x [T, K] @ weight [N, K]^T -> [T, N] in x's dtype. The torch backend also takes an
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """x [T, K] @ weight [N, K]^T -> [T, N] in x's dtype; into `out` where given (a buffer
+        the caller keeps: the prefill graphs' q|k|v). The torch backend also takes an
         engine.quantized.PackedBlocks weight (quantization "gguf")."""
-        return F.linear(x, weight)
+        return F.linear(x, weight) if out is None else torch.mm(x, weight.t(), out=out)
 
     def norm_linear(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
-                    weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """rms_norm(x, norm_weight, eps, residual), then the linear layer: (y, float32 residual)."""
+                    weight: torch.Tensor, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """rms_norm(x, norm_weight, eps, residual), then the linear layer (into `out` where
+        given): (y, float32 residual)."""
         normed, residual = self.rms_norm(x, norm_weight, eps, residual)
-        return self.linear(normed, weight), residual
+        return self.linear(normed, weight, out), residual
 
     def silu_linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """silu_and_mul(x), then the linear layer."""
         return self.linear(self.silu_and_mul(x), weight)
 
     def attention_inputs(self, x: torch.Tensor, residual: torch.Tensor | None, layer: LayerWeights,
-                         kv_cache: torch.Tensor, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
-        """The attention block's input: norm_linear into the packed q|k|v projection, then
-        rope_and_cache. Returns (q [T, nh, d] rotated, float32 residual); k and v are in the cache."""
+                         kv_cache: torch.Tensor, step: Step,
+                         qkv_out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The attention block's input: norm_linear into the packed q|k|v projection (`qkv_out`
+        where given, [T, (nh + 2 nkv) d]), then rope_and_cache. Returns (q [T, nh, d] rotated,
+        a view of the projection; float32 residual); k and v are in the cache."""
         s = step.shape
-        qkv, residual = self.norm_linear(x, residual, layer.attn_norm, s.rms_norm_eps, layer.qkv)
+        qkv, residual = self.norm_linear(x, residual, layer.attn_norm, s.rms_norm_eps, layer.qkv, qkv_out)
         T, d, nkv = qkv.shape[0], s.head_dim, s.num_kv_heads
         q, k, v = qkv.split([s.num_heads * d, nkv * d, nkv * d], dim=-1)
         q = q.reshape(T, s.num_heads, d)

@@ -91,6 +91,17 @@ def _gemm_smem(tile: GemmTile) -> int:
     return tile.shared_bytes(_GEMM_BK, _GEMM_PAD)
 
 
+def _output(out: torch.Tensor | None, shape: tuple[int, int], like: torch.Tensor) -> torch.Tensor:
+    """`out` where the caller gives one (checked: the kernels write it whole, row-major), else
+    a new tensor of `shape` in like's dtype and device."""
+    if out is None:
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+    if tuple(out.shape) != tuple(shape) or out.dtype != like.dtype or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous {like.dtype} {list(shape)} tensor, not {out.dtype} "
+                         f"{list(out.shape)}{'' if out.is_contiguous() else ' (strided)'}")
+    return out
+
+
 def _dtype_name(t: torch.Tensor) -> str:
     if t.dtype not in _DTYPES:
         raise TypeError(f"cuda ops support bf16, fp16 and float32 tensors, not {t.dtype}")
@@ -347,10 +358,11 @@ class CudaOps(Ops):
                 and x.dtype in (torch.bfloat16, torch.float16) and weight.shape[1] == K and K % 8 == 0
                 and _gemv_smem(x.shape[0], K, norm) <= _SMEM_BYTES)
 
-    def _gemv(self, kind: str, x: torch.Tensor, weight: torch.Tensor, K: int, between=(), after=()) -> torch.Tensor:
-        """Launch a gemv kernel: its arguments are x, `between`, W, y, M, N, K, `after`."""
+    def _gemv(self, kind: str, x: torch.Tensor, weight: torch.Tensor, K: int, between=(), after=(),
+              out: torch.Tensor | None = None) -> torch.Tensor:
+        """Launch a gemv kernel: its arguments are x, `between`, W, y (`out` where given), M, N, K, `after`."""
         M, N = x.shape[0], weight.shape[0]
-        y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+        y = _output(out, (M, N), x)
         if M:
             self._k[kind, _dtype_name(x)](math.ceil(N / _GEMV_WARPS), 32 * _GEMV_WARPS, x.contiguous(), *between,
                                           weight.contiguous(), y, M, N, K, *after,
@@ -384,10 +396,12 @@ class CudaOps(Ops):
         """How many blocks of `tile` an SM holds at once."""
         return self._gemm_blocks[tile]
 
-    def gemm(self, x: torch.Tensor, weight: torch.Tensor, tile: GemmTile | None = None) -> torch.Tensor:
-        """x [M, K] @ weight [N, K]^T in our GEMM kernel at `tile` (default: gemm_tile)."""
+    def gemm(self, x: torch.Tensor, weight: torch.Tensor, tile: GemmTile | None = None,
+             out: torch.Tensor | None = None) -> torch.Tensor:
+        """x [M, K] @ weight [N, K]^T in our GEMM kernel at `tile` (default: gemm_tile), into `out`
+        where given."""
         (M, K), N = x.shape, weight.shape[0]
-        y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+        y = _output(out, (M, N), x)
         if M and N:
             tile = tile or self.gemm_tile(M, N, K)
             self._k["gemm", _dtype_name(x), tile](
@@ -411,14 +425,15 @@ class CudaOps(Ops):
                 and math.ceil(x.shape[0] / _TMA_ROWS) * math.ceil(N / cols) >= self.num_sms)
 
     def gemm_tma(self, x: torch.Tensor, weight: torch.Tensor, silu: bool = False,
-                 width: int | None = None, x_share: int = 1) -> torch.Tensor:
+                 width: int | None = None, x_share: int = 1, out: torch.Tensor | None = None) -> torch.Tensor:
         """x [M, K] @ weight [N, K]^T in gemm_tma (cuda_src/gemm_tma.cu); silu: weight is the
         fused [gate; up] projection [2I, K] and the result silu_and_mul's, [M, I], rounded as
         the two ops round it. `width`: W rows a tile, plain 256 or 192 (by default
         gemm_tma_width's), silu 128 (ping-pong, the default) or 256 (cooperative). `x_share`
-        2 (silu at 128 only): clusters of 2 x 2 blocks, each x row tile loaded once for two W tiles."""
+        2 (silu at 128 only): clusters of 2 x 2 blocks, each x row tile loaded once for two W tiles.
+        Into `out` where given."""
         (M, K), N = x.shape, weight.shape[0] // (2 if silu else 1)
-        y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+        y = _output(out, (M, N), x)
         if M and N:
             dt = _dtype_name(x)
             if silu:
@@ -452,15 +467,15 @@ class CudaOps(Ops):
             self._cluster_counts[kernel.name] = kernel.max_active_clusters(blocks, 384, _TMA_SMEM)
         return self._cluster_counts[kernel.name]
 
-    def linear(self, x, weight):
+    def linear(self, x, weight, out=None):
         K = x.shape[-1]
         if self._gemv_fits(x, weight, K):
-            return self._gemv("gemv_plain", x, weight, K)
+            return self._gemv("gemv_plain", x, weight, K, out=out)
         if tile := self._gemm_tile_for(x, weight):
-            return self.gemm(x, weight, tile)
+            return self.gemm(x, weight, tile, out)
         if self._gemm_tma_fits(x, weight):
-            return self.gemm_tma(x, weight)
-        return super().linear(x, weight)
+            return self.gemm_tma(x, weight, out=out)
+        return super().linear(x, weight, out)
 
     def mlp_block(self, x, residual, layer, step):
         if not self._gemm_tma_fits(x, layer.gate_up, silu=True):
@@ -469,13 +484,13 @@ class CudaOps(Ops):
         gated = self.gemm_tma(normed, layer.gate_up, silu=True, x_share=self.silu_x_share)
         return self.linear(gated, layer.down), residual
 
-    def norm_linear(self, x, residual, norm_weight, eps, weight):
+    def norm_linear(self, x, residual, norm_weight, eps, weight, out=None):
         K = x.shape[-1]
         residual = _float_residual(residual)
         if not self._gemv_fits(x, weight, K, norm=True):
-            return super().norm_linear(x, residual, norm_weight, eps, weight)
+            return super().norm_linear(x, residual, norm_weight, eps, weight, out)
         r = torch.empty(x.shape, dtype=torch.float32, device=x.device)
-        return self._gemv("gemv_norm", x, weight, K, (residual, norm_weight.contiguous(), r), (float(eps),)), r
+        return self._gemv("gemv_norm", x, weight, K, (residual, norm_weight.contiguous(), r), (float(eps),), out), r
 
     def silu_linear(self, x, weight):
         K = x.shape[-1] // 2
@@ -483,15 +498,15 @@ class CudaOps(Ops):
             return self._gemv("gemv_silu", x, weight, K)
         return super().silu_linear(x, weight)
 
-    def attention_inputs(self, x, residual, layer, kv_cache, step):
+    def attention_inputs(self, x, residual, layer, kv_cache, step, qkv_out=None):
         s = step.shape
         nh, nkv, d = s.num_heads, s.num_kv_heads, s.head_dim
         if not self._gemv_fits(x, layer.qkv, x.shape[-1], norm=True) or layer.qkv.shape[0] != (nh + 2 * nkv) * d:
-            return super().attention_inputs(x, residual, layer, kv_cache, step)
+            return super().attention_inputs(x, residual, layer, kv_cache, step, qkv_out)
         M, K = x.shape
         k_cache, v_cache = kv_cache
         r = torch.empty(x.shape, dtype=torch.float32, device=x.device)
-        y = torch.empty((M, layer.qkv.shape[0]), dtype=x.dtype, device=x.device)
+        y = _output(qkv_out, (M, layer.qkv.shape[0]), x)
         tasks = (nh + nkv) * d // 2 + nkv * d
         if M:
             positions, cos_sin, slots = _rope_inputs(step)

@@ -150,6 +150,8 @@ def test_prefill_graphs_keep_outputs_and_run_every_step_with_prefill():
     report("prefill_graphs", {"same_as_eager": same, "graph_steps": len(runs), "buckets": sorted(set(buckets))})
     assert same >= 0.9
     assert len(runs) >= 5 and max(buckets) == 768 and min(buckets) < 768
+    graphs = graphed.runner.prefill_graphs     # every piece of every bucket writes one q|k|v projection
+    assert {q.data_ptr() for pieces in graphs._pieces.values() for _, q in pieces[:-1]} == {graphs.qkv.data_ptr()}
 
 
 def record_graph_runs(llm: LLM) -> list[tuple[int, int]]:
