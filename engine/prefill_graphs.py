@@ -22,11 +22,12 @@ the lengths on the device); the tile height, the kernel and the split of its lon
 are the bucket's (CudaOps.prefill_m_tiles, prefill_short_ws, PrefillTiles.split).
 
 Memory: the pieces and whole graphs of all buckets share one pool, captured largest
-first, and the pieces' attention writes into one buffer for all of them. Of a piece's
-outputs only its queries are kept (attention reads them); the rest go back to the pool
-once the next piece is captured, for later pieces to reuse: safe, because a step
+first. The pieces' attention writes into one buffer for all of them, and their q|k|v
+projection into another (its queries a view of it): each layer's attention reads them
+before the next piece writes it. A piece's other outputs, but the last one's, go back to
+the pool once the next piece is captured, for later pieces to reuse: safe, because a step
 replays one bucket's pieces in the order they were captured. A whole graph keeps only
-its output; its scratch may lie on other graphs' kept queries, which every step that
+its output; its scratch may lie on the last pieces' kept outputs, which every step that
 reads them writes first. What stays held is `held_bytes`.
 """
 from __future__ import annotations
