@@ -2,7 +2,7 @@
 # Session 43: on an H200, the suite's steps that use dummy weights and feed roadmap rows
 # (decode-step, decode-step-b1, prefill, step-trace), on the code with the shared q|k|v
 # projection. On an H100 (not the rows' card): Nsight Compute on the fused gate|up's ping-pong
-# tiles and cuBLAS's gate|up GEMM at 8,192 rows, with shared-memory traffic (session 42's
+# tiles and cuBLAS's gate|up GEMM at 8,192 rows, shared-memory traffic and stalls (session 42's
 # hypothesis: the ping-pong mainloop asks more of shared memory than an SM gives).
 # Either card, first: step_trace.py unstored with and without 618b254 (the staging copy's event
 # queried before a wait), A B A B: call 1's H100 had the GPU idle 11.5% between decode steps
@@ -26,9 +26,6 @@ if grep -q H200 $L/gpu.txt; then
 fi
 probe=$E/dbg/silu_smem.py
 K='regex:gemm_tma_silu_pp_bf16|nvjet'
-timeout 150 ncu --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables --section WarpStateStats \
-  --section ComputeWorkloadAnalysis --print-details all -k "$K" -s 2 -c 2 python3 $probe > $L/ncu-sections.log 2>&1
-echo "ncu sections rc=$?"; grep -E "^  [a-z_]+|Duration|Throughput|Shared|Bank|Stall|Pipe|gmma|Tensor" $L/ncu-sections.log | head -80
 M='l1tex__data_bank_reads.avg.pct_of_peak_sustained_elapsed,l1tex__data_bank_writes.avg.pct_of_peak_sustained_elapsed,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,gpu__time_duration.sum'
 timeout 120 ncu --metrics "$M" -k "$K" -s 2 -c 2 python3 $probe > $L/ncu-metrics.log 2>&1
 echo "ncu metrics rc=$?"; grep -E "^  [a-z_]+|l1tex|gmma|stalled|duration" $L/ncu-metrics.log | head -30
