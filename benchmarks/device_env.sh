@@ -14,7 +14,7 @@ L=$OUT/logs
 mkdir -p "$L"
 nvidia-smi -L > "$L/gpu.txt" 2>&1
 # The host CPU too: host-bound figures (step-trace's GPU idle between decode steps) follow it.
-(nproc; grep -m1 "model name" /proc/cpuinfo) > "$L/host.txt" 2>&1
+(nproc; grep -m3 -E "^(cpu family|model|model name)\s*:" /proc/cpuinfo) > "$L/host.txt" 2>&1   # a VM may name no model
 sha256sum cuda_src/* engine/*.py engine/ops/*.py benchmarks/*.py > "$L/code.sha256"
 
 use_gguf() {  # use_gguf SHA256
