@@ -93,7 +93,7 @@ STEP_DTYPES = {"token_ids": np.int64, "source_rows": np.int64, "positions": np.i
                "counters": np.int64, "block_tables": np.int32}
 
 
-def static_inputs(config: EngineConfig, device: torch.device, syncs: HostSyncCounter | None = None) -> StaticInputs:
+def static_inputs(config: EngineConfig, device: torch.device, syncs: HostSyncCounter) -> StaticInputs:
     """Slots for every array of a step, sized for the largest: the budget's tokens,
     max_num_seqs rows of block tables max_model_len wide; `syncs` counts the waits on them."""
     tokens, rows = max(config.max_num_batched_tokens, config.max_num_seqs), config.max_num_seqs

@@ -99,7 +99,7 @@ class StaticInputs:
     largest: `views` are its slots at full size, what CUDA graphs are captured on."""
 
     def __init__(self, slots: dict[str, tuple[np.dtype, tuple[int, ...]]], device: torch.device,
-                 syncs: HostSyncCounter | None = None):
+                 syncs: HostSyncCounter):
         self.layout = Layout(slots)
         self.device = device
         self.buffer = torch.zeros(self.layout.nbytes, dtype=torch.uint8, device=device)
@@ -113,7 +113,7 @@ class StaticInputs:
         self._host_views = [self.layout.host_views(s) for s in self._staging]
         self._copied = [torch.cuda.Event() for _ in range(2)] if cuda else None
         self._stream = torch.cuda.current_stream(device) if cuda else None    # recorded on (see ModelRunner)
-        self._syncs = syncs or HostSyncCounter()     # the engine's, where it waits (engine.sync)
+        self._syncs = syncs      # the engine's, where it waits (engine.sync)
         self._turn = 0
 
     def host_slots(self) -> dict[str, np.ndarray]:

@@ -19,6 +19,7 @@ from engine.ops import AttentionMetadata, SamplingTensors
 from engine.sampling_params import SamplingParams
 from engine.scheduler import NewRequest, Scheduler, SchedulerOutput
 from engine.sequence import Sequence
+from engine.sync import HostSyncCounter
 
 BLOCK = 4
 
@@ -282,7 +283,7 @@ def test_inputs_equal_the_per_sequence_builder_on_mixed_steps(pad_to, in_place, 
     monkeypatch.setattr(model_runner, "_per_token_builder", lambda rows, tokens: getattr(model_runner, builder))
     kinds = set()
     config = EngineConfig("test", max_num_seqs=8, max_num_batched_tokens=16, max_model_len=256, block_size=BLOCK)
-    inputs = static_inputs(config, torch.device("cpu"))
+    inputs = static_inputs(config, torch.device("cpu"), HostSyncCounter())
 
     def compare(batch, step, out, previous):
         requests = loop.scheduler.requests

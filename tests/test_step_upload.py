@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from engine.step_upload import Layout, StaticInputs, upload
+from engine.sync import HostSyncCounter
 
 
 def test_upload_views_each_array_back_with_its_dtype_and_shape():
@@ -21,7 +22,7 @@ def test_upload_views_each_array_back_with_its_dtype_and_shape():
 
 def static() -> StaticInputs:
     return StaticInputs({"ids": (np.int64, (8,)), "lens": (np.int32, (4,)), "table": (np.int32, (4, 6))},
-                        torch.device("cpu"))
+                        torch.device("cpu"), HostSyncCounter())
 
 
 def test_static_upload_fills_leading_corners_and_keeps_the_slot_row_stride():
