@@ -17,5 +17,5 @@ echo "gemm_tma tests (6 stages) rc=$?"; tail -n 1 $L/tests-6.log; grep -E "^(E |
 for i in 1 2; do
   timeout 100 python3 benchmarks/kernel_bench.py --only prefill_gemm > $L/kernel-bench-6-$i.log 2>&1; echo "bench 6 rc=$?"; grep -E "gate_up|qkv \(8192|down \(8192" $L/kernel-bench-6-$i.log
 done
-git checkout cuda_src engine
+git apply -R $E/six-stages.diff || patch -R -p1 < $E/six-stages.diff || exit 5
 timeout 100 python3 benchmarks/kernel_bench.py --only prefill_gemm > $L/kernel-bench-5b.log 2>&1; echo "bench 5 again rc=$?"; grep gate_up $L/kernel-bench-5b.log
