@@ -24,12 +24,6 @@
 // that takes the same rows with the other W tile. A 128-wide tile reads its x rows once for
 // every 64 outputs; shared, once for 128, as the 256-wide tiles do (L2 traffic, not the
 // tensor cores, bounds the ping-pong tiles at 8,192 rows: session 39).
-// RESIDENT (ping-pong only, K <= 576): x's rows stay in shared memory, loaded once, and the
-// stages carry W alone. The ping-pong tiles read 64 B of x for each 64 B of W; with x resident
-// a block's 128 rows serve every W tile it takes, halving the bytes that reach each SM (the
-// ping-pong tiles' 453 MB at 8,192 rows are more than cuBLAS's 340: session 44). Not
-// persistent: each cluster takes one row pair and a run of W tiles, the clusters of a row
-// pair splitting the W tiles among them (grid = 2 x row pairs x groups, the host picks).
 // A stage's `full` barrier completes once its bytes have landed; its `empty` one once every
 // multiplying warp of the cluster that reads it is past it, since the next loads into it
 // write into the other blocks too.
@@ -39,8 +33,7 @@
 // Launch: grid = 2 x clusters, block = 384, dynamic smem = _TMA_SMEM (cuda_ops.py).
 // Kernels: gemm_tma_plain_<dtype>, gemm_tma_narrow_<dtype> (BN = 192), gemm_tma_silu_<dtype>,
 // gemm_tma_silu_pp_<dtype> (BN = 128, ping-pong), gemm_tma_silu_pp4_<dtype> (the same, x shared:
-// clusters of 4, grid = 4 x clusters), gemm_tma_silu_rx_<dtype> (the same, x resident; dynamic
-// smem = RESIDENT_TILE_BYTES + 256 + 1024).
+// clusters of 4, grid = 4 x clusters).
 #include "tma.cuh"
 
 namespace {
@@ -51,9 +44,6 @@ constexpr int OUT_BOX = 64 * ROW;                            // 64 x 64 staged o
 // Shared memory for the stages and the staged outputs, at every width: 3 stages at 256, 4 at
 // 192, 5 at 128.
 constexpr int TILE_BYTES = 212992;
-// ... and, with x resident, for x's rows (128 x K), the stages and the staged outputs: K = 576
-// leaves 3 stages of W, fewer columns more (up to RESIDENT_MAX_STAGES).
-constexpr int RESIDENT_TILE_BYTES = 229376, RESIDENT_MAX_STAGES = 8;
 // The loading warpgroup needs few registers, the multiplying ones a 64 x BN fp32 accumulator
 // (up to 128) and its addressing: 40 x 128 + 232 x 256 fits the SM's 64K.
 constexpr int LOADER_REGS = 40, MULTIPLIER_REGS = 232;
@@ -62,48 +52,36 @@ constexpr int LOADER_REGS = 40, MULTIPLIER_REGS = 232;
 // blocks that take them) and BN of W (one half loaded by each block of a row pair); a
 // multiplying warpgroup multiplies HALVES slabs of 64 rows a tile and stages their COLS
 // outputs in boxes of 64 x 64.
-template <bool SILU, int BN, bool PINGPONG, int X_SHARE, bool RESIDENT> struct Tiles {
+template <bool SILU, int BN, bool PINGPONG, int X_SHARE> struct Tiles {
     static constexpr int COLS = SILU ? BN / 2 : BN, HALVES = PINGPONG ? 2 : 1, BLOCKS = CLUSTER * X_SHARE;
     static constexpr int A_BYTES = BM * ROW, A_SHARE = A_BYTES / X_SHARE, B_HALF = BN / 2 * ROW;
-    static constexpr int STAGE = (RESIDENT ? 0 : A_BYTES) + 2 * B_HALF;
-    static constexpr int OUT_BYTES = HALVES * (COLS / 64) * OUT_BOX;
-    static constexpr int STAGES = RESIDENT ? 0 : (TILE_BYTES - 2 * OUT_BYTES) / STAGE;
-    // With x resident the stages are what x's K / 64 chunks leave (the host checks K for >= 3).
-    static __device__ int stages(int K) {
-        return RESIDENT ? min(RESIDENT_MAX_STAGES, (RESIDENT_TILE_BYTES - 2 * OUT_BYTES - K / BK * A_BYTES) / STAGE)
-                        : STAGES;
-    }
+    static constexpr int STAGE = A_BYTES + 2 * B_HALF;
+    static constexpr int OUT_BYTES = HALVES * (COLS / 64) * OUT_BOX, STAGES = (TILE_BYTES - 2 * OUT_BYTES) / STAGE;
     // A stage is free once every multiplying warp that reads it is past it, in every block of
     // the cluster (a block's loads write into the blocks beside it).
     static constexpr int RELEASES = BLOCKS * CONSUMERS / 32 / (PINGPONG ? 2 : 1);
     // The 128-byte swizzle repeats every 1024 bytes: every tile and W half starts on one.
     static_assert(A_SHARE % 1024 == 0 && B_HALF % 1024 == 0 && STAGE % 1024 == 0 && OUT_BOX % 1024 == 0 &&
-                  (RESIDENT || STAGES >= 3) && COLS % 64 == 0 && (X_SHARE == 1 || PINGPONG) &&
-                  (!RESIDENT || (PINGPONG && X_SHARE == 1)));
-    // Stages, staged outputs and two mbarriers a stage in the host's TILE_BYTES + 64 (cuda_ops._TMA_SMEM);
-    // resident: x's chunks too, their barriers among the 256 bytes past RESIDENT_TILE_BYTES.
+                  STAGES >= 3 && COLS % 64 == 0 && (X_SHARE == 1 || PINGPONG));
+    // Stages, staged outputs and two mbarriers a stage in the host's TILE_BYTES + 64 (cuda_ops._TMA_SMEM).
     static_assert(STAGES * STAGE + 2 * OUT_BYTES + 16 * STAGES <= TILE_BYTES + 64);
-    static_assert(8 * (RESIDENT_TILE_BYTES / A_BYTES + 2 * RESIDENT_MAX_STAGES) <= 256);
 };
 }
 
-template <typename T, bool SILU, int BN, bool PINGPONG, int X_SHARE, bool RESIDENT>
+template <typename T, bool SILU, int BN, bool PINGPONG, int X_SHARE>
 __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, const TensorMap& y_map, int M, int N, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using L = Tiles<SILU, BN, PINGPONG, X_SHARE, RESIDENT>;
-    constexpr int STAGE = L::STAGE, A_BYTES = L::A_BYTES, B_HALF = L::B_HALF;
+    using L = Tiles<SILU, BN, PINGPONG, X_SHARE>;
+    constexpr int STAGES = L::STAGES, STAGE = L::STAGE, A_BYTES = L::A_BYTES, B_HALF = L::B_HALF;
     constexpr int COLS = L::COLS, HALVES = L::HALVES;   // outputs a tile; 64-row slabs a warpgroup
-    const int STAGES = L::stages(K), chunks = K / BK;
     extern __shared__ unsigned char smem_unaligned[];
     const uint32_t base = smem_address(smem_unaligned);
-    const uint32_t x_rows = base + (-base & 1023);   // tiles 1024-aligned; x's chunks first where resident
-    const uint32_t stages = x_rows + (RESIDENT ? chunks * A_BYTES : 0);
+    const uint32_t stages = base + (-base & 1023);   // tiles 1024-aligned
     const uint32_t staging = stages + STAGES * STAGE, bars = staging + 2 * L::OUT_BYTES;
     auto a_tile = [&](int s) { return stages + s * STAGE; };
-    auto b_tile = [&](int s) { return a_tile(s) + (RESIDENT ? 0 : A_BYTES); };
+    auto b_tile = [&](int s) { return a_tile(s) + A_BYTES; };
     auto full = [&](int s) { return bars + 8 * s; };
     auto empty = [&](int s) { return bars + 8 * (STAGES + s); };
-    auto x_full = [&](int c) { return bars + 8 * (2 * STAGES + c); };   // resident x's chunk c has landed
     // This block's place in the cluster: which row tile of the pair, which W tile of the X_SHARE.
     const int rank = (int)cluster_rank(), m_rank = rank % CLUSTER, n_rank = rank / CLUSTER;
     if (threadIdx.x == 0) {
@@ -111,26 +89,16 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, const T
             mbarrier_init(full(s), 1);
             mbarrier_init(empty(s), L::RELEASES);
         }
-        for (int c = 0; RESIDENT && c < chunks; ++c) mbarrier_init(x_full(c), 1);
         fence_barrier_init();
     }
     cluster_sync_after_init();
 
     const int m_pairs = (M + CLUSTER * BM - 1) / (CLUSTER * BM), n_tiles = (N + COLS - 1) / COLS;
-    // The cluster's j-th tile. Persistent (staged x): work item cluster_id + j * cluster_count,
-    // its rows pair w % m_pairs (neighbouring clusters share a W tile in L2), its W tiles group
-    // w / m_pairs. Resident x: the cluster's row pair is cluster_id % m_pairs, and its W tiles a
-    // run of the n_tiles, the groups' runs splitting them evenly. A W tile past N (n_tiles
-    // odd) computes what the TMA unit drops.
-    const int groups = (int)cluster_count() / m_pairs, group = (int)cluster_id() / m_pairs;
-    const int run_begin = group * n_tiles / max(groups, 1), run_end = (group + 1) * n_tiles / max(groups, 1);
-    const int work = m_pairs * ((n_tiles + X_SHARE - 1) / X_SHARE);
-    auto item_of = [&](int j) { return (int)(cluster_id() + j * cluster_count()); };
-    auto has_tile = [&](int j) { return RESIDENT ? run_begin + j < run_end : item_of(j) < work; };
-    auto m0_of = [&](int j) {
-        return ((RESIDENT ? (int)cluster_id() : item_of(j)) % m_pairs * CLUSTER + m_rank) * BM;
-    };
-    auto n_tile_of = [&](int j) { return RESIDENT ? run_begin + j : item_of(j) / m_pairs * X_SHARE + n_rank; };
+    const int work = m_pairs * ((n_tiles + X_SHARE - 1) / X_SHARE), chunks = K / BK;
+    // Work item w: rows of pair w % m_pairs (neighbouring clusters share a W tile in L2), W
+    // tiles of group w / m_pairs. A W tile past N (n_tiles odd) computes what the TMA unit drops.
+    auto m0_of = [&](int w) { return (w % m_pairs * CLUSTER + m_rank) * BM; };
+    auto n_tile_of = [&](int w) { return w / m_pairs * X_SHARE + n_rank; };
     // The warpgroup as a value the compiler knows is the same across a warp: it would
     // otherwise see the wgmmas below on a divergent path and serialize them.
     const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
@@ -146,14 +114,9 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, const T
             uint16_t x_blocks = 0;
             for (int n = 0; n < X_SHARE; ++n) x_blocks |= 1 << (n * CLUSTER + m_rank);
             const uint16_t w_blocks = ((1 << CLUSTER) - 1) << (n_rank * CLUSTER);
-            if (RESIDENT && has_tile(0))   // x's rows, once: chunk c completes x_full(c)
-                for (int c = 0; c < chunks; ++c) {
-                    mbarrier_arrive_expect_bytes(x_full(c), A_BYTES);
-                    tma_load(x_rows + c * A_BYTES, x_map, c * BK, m0_of(0), x_full(c));
-                }
             int it = 0;
-            for (int j = 0; has_tile(j); ++j) {
-                const int n_tile = n_tile_of(j), m0 = m0_of(j);
+            for (int w = cluster_id(); w < work; w += cluster_count()) {
+                const int n_tile = n_tile_of(w), m0 = m0_of(w);
                 // This block's half of the tile's W rows: the gate or the up rows of the
                 // tile's outputs (silu), or the first or second 128 (plain).
                 const int w_row = SILU ? m_rank * N + n_tile * COLS : n_tile * BN + m_rank * (BN / 2);
@@ -161,9 +124,9 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, const T
                     const int s = it % STAGES;
                     if (it >= STAGES) mbarrier_wait(empty(s), (it / STAGES - 1) & 1);
                     mbarrier_arrive_expect_bytes(full(s), STAGE);
-                    if (!RESIDENT && X_SHARE == 1)
+                    if (X_SHARE == 1)
                         tma_load(a_tile(s), x_map, c * BK, m0, full(s));
-                    else if (!RESIDENT)
+                    else
                         tma_load_multicast(a_tile(s) + n_rank * L::A_SHARE, x_map, c * BK, m0 + n_rank * (BM / X_SHARE),
                                            full(s), x_blocks);
                     tma_load_multicast(b_tile(s) + m_rank * B_HALF, w_map, c * BK, w_row, full(s), w_blocks);
@@ -183,26 +146,27 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, const T
         // waits on a stage's `full` barrier only after every earlier fill of it was taken,
         // where a parity wait could otherwise pass on the fill before the one it wants.
         auto turn_wait = [&](int j) { if (PINGPONG && j > 0) named_barrier_sync(3 + cw, 256); };
-        auto turn_pass = [&](int j) {   // only if the other warpgroup has a tile to take it for
-            if (PINGPONG && has_tile(j + 1)) named_barrier_arrive(4 - cw, 256);
+        auto turn_pass = [&](int w) {   // only if the other warpgroup has a tile to take it for
+            if (PINGPONG && w + (int)cluster_count() < work) named_barrier_arrive(4 - cw, 256);
         };
-        // Ping-pong gives the cluster's even tiles to warpgroup 1, the odd ones to warpgroup 2.
-        // A tile's chunks are the stage ring's fills j * chunks onwards.
+        // The cluster's j-th tile is work item cluster_id + j * cluster_count; ping-pong gives
+        // the even ones to warpgroup 1, the odd ones to warpgroup 2. Its chunks are the stage
+        // ring's fills j * chunks onwards.
         const int first = PINGPONG ? cw : 0, step = PINGPONG ? 2 : 1;
-        for (int j = first; has_tile(j); j += step) {
-            const int n_tile = n_tile_of(j), m0 = m0_of(j);
+        for (int j = first;; j += step) {
+            const int w = cluster_id() + j * cluster_count();
+            if (w >= work) break;
+            const int n_tile = n_tile_of(w), m0 = m0_of(w);
             float acc[HALVES][BN / 8][4];
             turn_wait(j);
             for (int c = 0, it = j * chunks; c < chunks; ++c, ++it) {
                 const int s = it % STAGES;
-                if (RESIDENT && j == first) mbarrier_wait(x_full(c), 0);   // x lands once
                 mbarrier_wait(full(s), (it / STAGES) & 1);
                 const uint64_t b = smem_descriptor(b_tile(s));
-                const uint32_t x_chunk = RESIDENT ? x_rows + c * A_BYTES : a_tile(s);
                 wgmma_fence();
 #pragma unroll
                 for (int h = 0; h < HALVES; ++h) {
-                    const uint64_t a = smem_descriptor(x_chunk + (PINGPONG ? h : cw) * 64 * ROW);
+                    const uint64_t a = smem_descriptor(a_tile(s) + (PINGPONG ? h : cw) * 64 * ROW);
 #pragma unroll
                     for (int k16 = 0; k16 < BK / 16; ++k16)
                         Wgmma<T>::ss(acc[h], a + 2 * k16, b + 2 * k16, c > 0 || k16 > 0);
@@ -211,7 +175,7 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, const T
                 wgmma_wait<1>();   // the chunk before is multiplied: its stage may be refilled
                 if (c > 0) release((it - 1) % STAGES);
             }
-            turn_pass(j);
+            turn_pass(w);
             wgmma_wait<0>();
 #pragma unroll
             for (int h = 0; h < HALVES; ++h) fence_registers(acc[h]);
@@ -261,21 +225,16 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, const T
 #endif
 }
 
-#define GEMM_TMA(T, N, SILU, BN, PINGPONG, X_SHARE, RESIDENT, KIND)                                      \
+#define GEMM_TMA(T, N, SILU, BN, PINGPONG, X_SHARE, KIND)                                                \
     extern "C" __global__ void __cluster_dims__(CLUSTER * X_SHARE, 1, 1)                                      \
         __launch_bounds__(PRODUCERS + CONSUMERS, 1)                                                          \
         gemm_tma_##KIND##N(const __grid_constant__ TensorMap x_map, const __grid_constant__ TensorMap w_map, \
                            const __grid_constant__ TensorMap y_map, int M, int Nout, int K) {               \
         pdl_start();                                                                                        \
-        gemm_tma<T, SILU, BN, PINGPONG, X_SHARE, RESIDENT>(x_map, w_map, y_map, M, Nout, K);                \
+        gemm_tma<T, SILU, BN, PINGPONG, X_SHARE>(x_map, w_map, y_map, M, Nout, K);                          \
     }
-GEMM_TMA(bf16, bf16, false, WIDE_BN, false, 1, false, plain_) GEMM_TMA(f16, f16, false, WIDE_BN, false, 1, false, plain_)
-GEMM_TMA(bf16, bf16, false, NARROW_BN, false, 1, false, narrow_)
-GEMM_TMA(f16, f16, false, NARROW_BN, false, 1, false, narrow_)
-GEMM_TMA(bf16, bf16, true, WIDE_BN, false, 1, false, silu_) GEMM_TMA(f16, f16, true, WIDE_BN, false, 1, false, silu_)
-GEMM_TMA(bf16, bf16, true, PINGPONG_BN, true, 1, false, silu_pp_)
-GEMM_TMA(f16, f16, true, PINGPONG_BN, true, 1, false, silu_pp_)
-GEMM_TMA(bf16, bf16, true, PINGPONG_BN, true, 2, false, silu_pp4_)
-GEMM_TMA(f16, f16, true, PINGPONG_BN, true, 2, false, silu_pp4_)
-GEMM_TMA(bf16, bf16, true, PINGPONG_BN, true, 1, true, silu_rx_)
-GEMM_TMA(f16, f16, true, PINGPONG_BN, true, 1, true, silu_rx_)
+GEMM_TMA(bf16, bf16, false, WIDE_BN, false, 1, plain_) GEMM_TMA(f16, f16, false, WIDE_BN, false, 1, plain_)
+GEMM_TMA(bf16, bf16, false, NARROW_BN, false, 1, narrow_) GEMM_TMA(f16, f16, false, NARROW_BN, false, 1, narrow_)
+GEMM_TMA(bf16, bf16, true, WIDE_BN, false, 1, silu_) GEMM_TMA(f16, f16, true, WIDE_BN, false, 1, silu_)
+GEMM_TMA(bf16, bf16, true, PINGPONG_BN, true, 1, silu_pp_) GEMM_TMA(f16, f16, true, PINGPONG_BN, true, 1, silu_pp_)
+GEMM_TMA(bf16, bf16, true, PINGPONG_BN, true, 2, silu_pp4_) GEMM_TMA(f16, f16, true, PINGPONG_BN, true, 2, silu_pp4_)

@@ -19,10 +19,6 @@ DTYPES = ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
 # Which of a prefill's GEMMs run in gemm_tma: none, the MLP's gate|up with SiLU-and-mul as its
 # epilogue, or every projection.
 GEMM_TMA_SCOPES = ("off", "mlp", "all")
-# How gemm_tma's blocks get x's rows: "staged" in the stages with W, each block loading its
-# own; "shared" the same, each loaded once for the two blocks of a 2 x 2 cluster that take it;
-# "resident" loaded once into a block that keeps them for every W tile it takes.
-GEMM_TMA_X_MODES = ("staged", "shared", "resident")
 
 
 def gemm_tma_scope(value: str) -> str:
@@ -47,7 +43,7 @@ ENV_OVERRIDES = {"max_num_batched_tokens": ("ROADGATE_MAX_NUM_BATCHED_TOKENS", i
                  "gemv_max_rows": ("ROADGATE_GEMV_MAX_ROWS", int),
                  "gemm_max_rows": ("ROADGATE_GEMM_MAX_ROWS", int),
                  "prefill_gemm_tma": ("ROADGATE_PREFILL_GEMM_TMA", gemm_tma_scope),
-                 "prefill_silu_x": ("ROADGATE_PREFILL_SILU_X", str),
+                 "prefill_silu_x_share": ("ROADGATE_PREFILL_SILU_X_SHARE", int),
                  "cuda_debug": ("ROADGATE_CUDA_DEBUG", lambda v: v not in ("", "0")),
                  "programmatic_launch": ("ROADGATE_PROGRAMMATIC_LAUNCH", lambda v: v not in ("", "0"))}
 
@@ -116,10 +112,9 @@ class EngineConfig:
     # wall of alternating repetitions): 64 x 1,000 0.970, 1 x 8,000 0.992, 1 x 4,000 0.997; all
     # against off (call 1) 1.038, 1.038, 0.995: cuBLAS is faster at the other projections' shapes.
     prefill_gemm_tma: str = "mlp"
-    # How gemm_tma's fused gate|up feeds x's rows to its blocks (GEMM_TMA_X_MODES): "staged" with W a chunk at a time, each block loading its own; "shared"
-    # the same in clusters of 2 x 2, each x row tile loaded from L2 once for two W tiles (slower:
-    # session 42); "resident" (K <= 576, else staged) loaded once into a block that keeps them.
-    prefill_silu_x: str = "staged"
+    # gemm_tma's fused gate|up in clusters of 2 x 2 blocks (2), each x row tile loaded from L2
+    # once for two W tiles, or in pairs (1), each block loading its own.
+    prefill_silu_x_share: int = 1
     cuda_debug: bool = False              # synchronize and check after every kernel launch
     # Programmatic edges between our kernels in CUDA graphs (engine.ops.pdl): a kernel's
     # blocks launch and prefetch its weights while the kernel before it still runs.
@@ -150,9 +145,8 @@ class EngineConfig:
         if self.prefill_gemm_tma not in GEMM_TMA_SCOPES:
             raise ValueError(f"prefill_gemm_tma must be one of {', '.join(GEMM_TMA_SCOPES)}, "
                              f"not {self.prefill_gemm_tma!r}")
-        if self.prefill_silu_x not in GEMM_TMA_X_MODES:
-            raise ValueError(f"prefill_silu_x must be one of {', '.join(GEMM_TMA_X_MODES)}, "
-                             f"not {self.prefill_silu_x!r}")
+        if self.prefill_silu_x_share not in (1, 2):
+            raise ValueError(f"prefill_silu_x_share must be 1 or 2, not {self.prefill_silu_x_share}")
         if self.prefill_ws_keys not in (64, 128):
             raise ValueError(f"prefill_ws_keys must be 64 or 128, not {self.prefill_ws_keys}")
         if self.decode_few_chunk < 16 or self.decode_few_chunk % 16:

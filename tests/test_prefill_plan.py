@@ -5,7 +5,7 @@ without a GPU; tests/gpu/test_kernels.py runs the kernels."""
 import numpy as np
 import pytest
 
-from engine.ops.cuda_ops import PrefillTiles, gemm_tma_resident_grid, gemm_tma_resident_stages, gemm_tma_width
+from engine.ops.cuda_ops import PrefillTiles, gemm_tma_width
 
 H200_SLOTS = {1: 528, 2: 264, 3: 132}   # 132 SMs: 4 blocks of 64 query rows an SM, 2 of 128, 1 of 192
 
@@ -111,20 +111,3 @@ def test_gemm_tma_takes_the_width_whose_rounds_are_shortest(M, N, width):
 def test_gemm_tma_keeps_the_wide_tile_on_a_tie():
     # 50 pairs of row tiles: 150 work items of 256 (3 rounds on 66 clusters) or 200 of 192 (4)
     assert gemm_tma_width(50 * 256, 768, num_sms=132) == 256
-
-
-@pytest.mark.parametrize("M,clusters", [
-    (8192, 64),          # 32 row pairs, each pair's 24 W tiles in 2 runs of 12: 128 of 132 SMs
-    (4000, 64),          # 16 pairs (the last one part past M), 4 runs of 6
-    (1000, 64),          # 4 pairs, 16 runs of 1 or 2
-    (300, 48),           # 2 pairs, one W tile a run: no run left empty
-    (16384, 64),         # 64 pairs, 1 run each
-    (32768, 128),        # 128 pairs: more clusters than run at once, one run each
-])
-def test_gemm_tma_resident_rows_split_each_pairs_w_tiles_over_the_sms(M, clusters):
-    assert gemm_tma_resident_grid(M, 1536, 64, num_sms=132) == clusters
-
-
-def test_gemm_tma_resident_rows_leave_three_stages_at_k_576():
-    # 128 x 576 x 2 bytes of x, 2 x 16 KB of staged outputs, 16 KB stages in 224 KB
-    assert [gemm_tma_resident_stages(K) for K in (64, 256, 512, 576, 640)] == [8, 8, 4, 3, 2]

@@ -55,9 +55,6 @@ _TMA_NARROW_COLS, _TMA_PINGPONG_COLS = constant("GEMM_TMA_NARROW_COLS"), constan
 # gemm_tma's shared memory: its stages and staged outputs, two mbarriers a stage (the kernel
 # asserts they fit in the 64 bytes past TILE_BYTES its stage counts leave), 1 KB to align the tiles.
 _TMA_SMEM = constant("GEMM_TMA_TILE_BYTES") + 4 * 16 + 1024
-# ... with x resident: x's rows, the stages and staged outputs, 256 bytes of mbarriers, 1 KB to align.
-_TMA_RESIDENT_TILE_BYTES = constant("GEMM_TMA_RESIDENT_TILE_BYTES")
-_TMA_RESIDENT_SMEM = _TMA_RESIDENT_TILE_BYTES + 256 + 1024
 _SMEM_BYTES = 48 * 1024              # the gemv's x' must fit without an opt-in
 # Decode attention fetches the cached K/V of batches this small into L2 before it waits on
 # the kernel before it (a few hundred KB a layer; at larger batches the step is bandwidth-bound).
@@ -237,21 +234,6 @@ def gemm_tma_pairs(M: int, N: int, cols: int) -> int:
     return math.ceil(M / (_TMA_CLUSTER * _TMA_ROWS)) * math.ceil(N / cols)
 
 
-def gemm_tma_resident_stages(K: int) -> int:
-    """The W stages gemm_tma's resident-x tiles have beside x's 128 x K rows and their staged
-    outputs (the kernel's Tiles::stages): a 16 KB chunk of 128 W rows each."""
-    chunk = _TMA_ROWS * _GEMM_BK * 2
-    return min(constant("GEMM_TMA_RESIDENT_MAX_STAGES"),
-               (_TMA_RESIDENT_TILE_BYTES - 2 * chunk - K // _GEMM_BK * chunk) // chunk)
-
-
-def gemm_tma_resident_grid(M: int, N: int, cols: int, num_sms: int) -> int:
-    """Clusters of gemm_tma's resident-x tiles: each row pair's W tiles split into as many
-    runs as the SMs hold clusters for every pair (at least one a pair, at most one W tile a run)."""
-    pairs, n_tiles = math.ceil(M / (_TMA_CLUSTER * _TMA_ROWS)), math.ceil(N / cols)
-    return pairs * max(1, min(n_tiles, num_sms // _TMA_CLUSTER // pairs))
-
-
 def gemm_tma_width(M: int, N: int, num_sms: int) -> int:
     """gemm_tma's tile width (W rows) for a plain [M, K] x [N, K]^T: the one whose rounds of
     tiles over the SMs add up to the fewest W rows (a round takes about as long as a tile,
@@ -295,7 +277,7 @@ class CudaOps(Ops):
         self.gemv_max_rows = config.gemv_max_rows
         self.gemm_max_rows = config.gemm_max_rows
         self.prefill_gemm_tma = config.prefill_gemm_tma if arch == "sm_90a" else "off"
-        self.silu_x = config.prefill_silu_x
+        self.silu_x_share = config.prefill_silu_x_share
         self._cluster_counts: dict[str, int] = {}   # gemm_tma kernel -> clusters of 4 that run at once
         try:
             cubins = cuda_build.build_all(arch)
@@ -443,14 +425,13 @@ class CudaOps(Ops):
                 and math.ceil(x.shape[0] / _TMA_ROWS) * math.ceil(N / cols) >= self.num_sms)
 
     def gemm_tma(self, x: torch.Tensor, weight: torch.Tensor, silu: bool = False,
-                 width: int | None = None, x_rows: str = "staged", out: torch.Tensor | None = None) -> torch.Tensor:
+                 width: int | None = None, x_share: int = 1, out: torch.Tensor | None = None) -> torch.Tensor:
         """x [M, K] @ weight [N, K]^T in gemm_tma (cuda_src/gemm_tma.cu); silu: weight is the
         fused [gate; up] projection [2I, K] and the result silu_and_mul's, [M, I], rounded as
         the two ops round it. `width`: W rows a tile, plain 256 or 192 (by default
-        gemm_tma_width's), silu 128 (ping-pong, the default) or 256 (cooperative). `x_rows`
-        (engine.config.GEMM_TMA_X_MODES; silu at 128 only but "staged"): "shared", clusters of
-        2 x 2 blocks, each x row tile loaded once for two W tiles; "resident" (K <= 576), each
-        block's x rows loaded once for all its W tiles. Into `out` where given."""
+        gemm_tma_width's), silu 128 (ping-pong, the default) or 256 (cooperative). `x_share`
+        2 (silu at 128 only): clusters of 2 x 2 blocks, each x row tile loaded once for two W tiles.
+        Into `out` where given."""
         (M, K), N = x.shape, weight.shape[0] // (2 if silu else 1)
         y = _output(out, (M, N), x)
         if M and N:
@@ -459,36 +440,23 @@ class CudaOps(Ops):
                 width = width or _TMA_PINGPONG_COLS
             else:
                 width = width or gemm_tma_width(M, N, self.num_sms)
-            kind = GEMM_TMA_KINDS.get((silu, width, x_rows))
+            kind = GEMM_TMA_KINDS.get((silu, width, x_share))
             if kind is None:
-                shapes = sorted((w, xr) for s, w, xr in GEMM_TMA_KINDS if s == silu)
-                raise ValueError(f"gemm_tma has {'silu' if silu else 'plain'} tiles of (W rows, x rows) {shapes}, "
-                                 f"not {(width, x_rows)}")
-            if x_rows == "resident" and gemm_tma_resident_stages(K) < 3:
-                raise ValueError(f"gemm_tma keeps x's rows resident only where K <= 576, not K = {K}")
+                shapes = sorted((w, xs) for s, w, xs in GEMM_TMA_KINDS if s == silu)
+                raise ValueError(f"gemm_tma has {'silu' if silu else 'plain'} tiles of (W rows, x share) {shapes}, "
+                                 f"not {(width, x_share)}")
             cols = width // (2 if silu else 1)                          # outputs a tile
-            x_share = 2 if x_rows == "shared" else 1
             x_map = swizzled_rows_map(x.data_ptr(), M, K, dt, _TMA_ROWS // x_share)   # each sharer's rows
             # Each block of a cluster loads half of the tile's W rows.
             w_map = swizzled_rows_map(weight.data_ptr(), weight.shape[0], K, dt, width // _TMA_CLUSTER)
             y_map = swizzled_rows_map(y.data_ptr(), M, N, dt, 64)   # the boxes a warpgroup stores
             kernel, blocks = self._k["gemm_tma", dt, kind], _TMA_CLUSTER * x_share
-            # 384 threads: a loading warpgroup and two multiplying ones.
-            if x_rows == "resident":
-                clusters = gemm_tma_resident_grid(M, N, cols, self.num_sms)
-                kernel(clusters * blocks, 384, x_map, w_map, y_map, M, N, K, shared=_TMA_RESIDENT_SMEM)
-            else:   # persistent: no more clusters than run at once
-                items = gemm_tma_pairs(M, N, cols * x_share)     # a cluster's tiles: x_share W tiles of a row pair
-                clusters = min(items, self._max_clusters(kernel, blocks))
-                kernel(clusters * blocks, 384, x_map, w_map, y_map, M, N, K, shared=_TMA_SMEM)
+            items = gemm_tma_pairs(M, N, cols * x_share)     # a cluster's tiles: x_share W tiles of a row pair
+            # Persistent: no more clusters than run at once. 384 threads: a loading warpgroup
+            # and two multiplying ones.
+            clusters = min(items, self._max_clusters(kernel, blocks))
+            kernel(clusters * blocks, 384, x_map, w_map, y_map, M, N, K, shared=_TMA_SMEM)
         return y
-
-    def silu_x_rows(self, K: int) -> str:
-        """How the fused gate|up's blocks get x's rows at K columns: the config's way, but
-        staged where resident rows would not leave 3 stages (K > 576)."""
-        if self.silu_x == "resident" and gemm_tma_resident_stages(K) < 3:
-            return "staged"
-        return self.silu_x
 
     def _max_clusters(self, kernel, blocks: int) -> int:
         """How many clusters of `blocks` of a gemm_tma kernel run at once: every SM's worth for
@@ -513,7 +481,7 @@ class CudaOps(Ops):
         if not self._gemm_tma_fits(x, layer.gate_up, silu=True):
             return super().mlp_block(x, residual, layer, step)
         normed, residual = self.rms_norm(x, layer.ffn_norm, step.shape.rms_norm_eps, residual)
-        gated = self.gemm_tma(normed, layer.gate_up, silu=True, x_rows=self.silu_x_rows(x.shape[-1]))
+        gated = self.gemm_tma(normed, layer.gate_up, silu=True, x_share=self.silu_x_share)
         return self.linear(gated, layer.down), residual
 
     def norm_linear(self, x, residual, norm_weight, eps, weight, out=None):

@@ -79,8 +79,6 @@ CONSTANTS = {
     "GEMM_TMA_PINGPONG_COLS": ("gemm_tma.cu", "PINGPONG_BN", 128),
     "GEMM_TMA_TILE_BYTES": ("gemm_tma.cu", "TILE_BYTES", 212992),
     "GEMM_TMA_CLUSTER": ("gemm_tma.cu", "CLUSTER", 2),
-    "GEMM_TMA_RESIDENT_TILE_BYTES": ("gemm_tma.cu", "RESIDENT_TILE_BYTES", 229376),
-    "GEMM_TMA_RESIDENT_MAX_STAGES": ("gemm_tma.cu", "RESIDENT_MAX_STAGES", 8),
 }
 
 
@@ -88,13 +86,11 @@ def constant(name: str) -> int:
     return CONSTANTS[name][2]
 
 
-# gemm_tma's kernels (gemm_tma_<kind>_<dtype>) by (silu, W rows a tile, how x's rows reach the
-# blocks: engine.config.GEMM_TMA_X_MODES).
+# gemm_tma's kernels (gemm_tma_<kind>_<dtype>) by (silu, W rows a tile, blocks that share x rows).
 _WIDE, _NARROW = constant("GEMM_TMA_COLS"), constant("GEMM_TMA_NARROW_COLS")
 _PINGPONG = constant("GEMM_TMA_PINGPONG_COLS")
-GEMM_TMA_KINDS = {(False, _WIDE, "staged"): "plain", (False, _NARROW, "staged"): "narrow",
-                  (True, _WIDE, "staged"): "silu", (True, _PINGPONG, "staged"): "silu_pp",
-                  (True, _PINGPONG, "shared"): "silu_pp4", (True, _PINGPONG, "resident"): "silu_rx"}
+GEMM_TMA_KINDS = {(False, _WIDE, 1): "plain", (False, _NARROW, 1): "narrow", (True, _WIDE, 1): "silu",
+                  (True, _PINGPONG, 1): "silu_pp", (True, _PINGPONG, 2): "silu_pp4"}
 
 
 @dataclass(frozen=True)

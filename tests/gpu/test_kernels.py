@@ -192,42 +192,33 @@ def test_gemm_tma_against_torch(ops_tma, dtype, M, K, N, width):
 
 def test_gemm_tma_refuses_a_width_it_has_no_tile_for(ops_tma):
     x, w = (torch.zeros(rows, 576, dtype=torch.bfloat16, device="cuda") for rows in (8192, 960))
-    with pytest.raises(ValueError, match=r"plain tiles .* \[\(192, 'staged'\), \(256, 'staged'\)\], "
-                                         r"not \(128, 'staged'\)"):
+    with pytest.raises(ValueError, match=r"plain tiles .* \[\(192, 1\), \(256, 1\)\], not \(128, 1\)"):
         ops_tma.gemm_tma(x, w, width=128)
-    with pytest.raises(ValueError, match=r"silu tiles .* \[\(128, 'resident'\), \(128, 'shared'\), "
-                                         r"\(128, 'staged'\), \(256, 'staged'\)\], not \(192, 'staged'\)"):
+    with pytest.raises(ValueError, match=r"silu tiles .* \[\(128, 1\), \(128, 2\), \(256, 1\)\], not \(192, 1\)"):
         ops_tma.gemm_tma(x, w, silu=True, width=192)
-    with pytest.raises(ValueError, match=r"not \(256, 'shared'\)"):
-        ops_tma.gemm_tma(x, w, silu=True, width=256, x_rows="shared")
-    wide = torch.zeros(8192, 640, dtype=torch.bfloat16, device="cuda")
-    with pytest.raises(ValueError, match="resident only where K <= 576, not K = 640"):
-        ops_tma.gemm_tma(wide, torch.zeros(3072, 640, dtype=torch.bfloat16, device="cuda"), silu=True,
-                         x_rows="resident")
+    with pytest.raises(ValueError, match=r"not \(256, 2\)"):
+        ops_tma.gemm_tma(x, w, silu=True, width=256, x_share=2)
 
 
-@pytest.mark.parametrize("width,x_rows", [(128, "staged"), (256, "staged"), (128, "shared"), (128, "resident")],
-                         ids=["pingpong", "cooperative", "shared_x", "resident_x"])
+@pytest.mark.parametrize("width,x_share", [(128, 1), (256, 1), (128, 2)],
+                         ids=["pingpong", "cooperative", "shared_x"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("M,K,I", [(8192, 576, 1536), (1500, 576, 1536), (4133, 576, 1536), (700, 2048, 8192),
                                    (90, 64, 128), (1000, 576, 384), (300, 576, 192)])
-def test_gemm_tma_silu_rounds_as_the_two_ops(ops_tma, dtype, M, K, I, width, x_rows):
-    """gate|up with SiLU-and-mul as its epilogue, in the ping-pong tiles (128; x rows staged,
-    shared by clusters of 2 x 2, or resident) and the cooperative ones (256), against cuBLAS's
-    gate|up then silu_and_mul: both round gate and up to 16 bits first, so they differ only
-    where the sums' order moved one across a rounding boundary. The shapes give a cluster one
-    tile (a warpgroup idle), an odd or even count, many (the turns and the stage ring's wrap),
-    an odd count of 64-output tiles (the last cluster's second W tile past I), and, resident,
-    runs of W tiles of unequal lengths, one a run, and more clusters than the SMs hold."""
+def test_gemm_tma_silu_rounds_as_the_two_ops(ops_tma, dtype, M, K, I, width, x_share):
+    """gate|up with SiLU-and-mul as its epilogue, in the ping-pong tiles (128; x_share 2: in
+    clusters of 2 x 2 sharing x rows) and the cooperative ones (256), against cuBLAS's gate|up
+    then silu_and_mul: both round gate and up to 16 bits first, so they differ only where the
+    sums' order moved one across a rounding boundary. The shapes give a cluster one tile (a
+    warpgroup idle), an odd or even count, many (the turns and the stage ring's wrap), and an
+    odd count of 64-output tiles (the last cluster's second W tile past I)."""
     if I % (width // 2):
         pytest.skip(f"I = {I} is not in tiles of {width // 2} outputs")
-    if x_rows == "resident" and K > 576:
-        pytest.skip(f"x's rows are resident only where K <= 576, not {K}")
     x = torch.randn(M, K, dtype=dtype, device="cuda")
     w = torch.randn(2 * I, K, dtype=dtype, device="cuda") * K ** -0.5 * 3
     two = ops_tma.silu_and_mul(REF.linear(x, w))
     poison_next((M, I), dtype)
-    fused = ops_tma.gemm_tma(x, w, silu=True, width=width, x_rows=x_rows)
+    fused = ops_tma.gemm_tma(x, w, silu=True, width=width, x_share=x_share)
     assert rel_err(fused, REF.silu_and_mul(REF.linear(x.float(), w.float()))) <= tol(dtype)
     assert rel_err(fused, two) <= 2e-3
     assert (fused != two).float().mean().item() <= 0.02
