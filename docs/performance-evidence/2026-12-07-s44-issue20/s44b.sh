@@ -2,7 +2,8 @@
 # Session 44, call 1: the GGUF's first quarter (.model/part-00); then, by the card that came:
 # on an H200, the suite's steps on dummy weights that feed roadmap rows (decode-step,
 # decode-step-b1, prefill, step-trace); on an H100 (not the rows' card), session 43's prepared
-# warp-state profile of the fused gate|up against cuBLAS (s44a.sh). Each bench warms up on its
+# warp-state profile of the fused gate|up against cuBLAS (s44a.sh; call 1), then, from call 4 on,
+# the six-stage experiment (s44d.sh) in its place. Each bench warms up on its
 # measured shapes and empties our prefix cache before every measured repetition; the host runs
 # nothing else.
 source benchmarks/device_env.sh
@@ -14,4 +15,4 @@ if grep -q H200 $L/gpu.txt; then
     timeout 450 bash benchmarks/gpu_suite.sh > $L/suite1.log 2>&1
   echo "suite1 rc=$?"; tail -n 6 $L/suite1.log; ls /tmp/model; exit 0
 fi
-bash docs/performance-evidence/2026-12-07-s43-issue20-h200-suite/s44a.sh
+bash docs/performance-evidence/2026-12-07-s44-issue20/s44d.sh
