@@ -6,7 +6,9 @@
 # stages, cooperative silu 3 -> 4), its gemm_tma tests, the bench again and prefill.py (ours
 # only, warmed up on the measured shapes, prefix cache emptied before every repetition), then
 # reverted: the bench and prefill.py once more. Sequential processes on one machine, not one
-# alternating A/B: a first look.
+# alternating A/B: a first look. Last, a diagnostic: no-silu-diagnostic.diff multiplies gate by
+# up without the SiLU (wrong outputs, the same loads, multiplies and stores): the bench says
+# how much of the gap to cuBLAS the SiLU's arithmetic is.
 source benchmarks/device_env.sh
 E=docs/performance-evidence/2026-12-07-s44-issue20
 echo "tree $(cat .whl/HEAD) + working changes:" > $L/tree.txt; cat .whl/DIFF >> $L/tree.txt; cat $L/gpu.txt
@@ -25,3 +27,5 @@ git apply -R $E/six-stages.diff || patch -R -p1 < $E/six-stages.diff || exit 5
 timeout 100 python3 benchmarks/kernel_bench.py --only prefill_gemm > $L/kernel-bench-5b.log 2>&1; echo "bench 5 again rc=$?"; grep gate_up $L/kernel-bench-5b.log
 timeout 100 python3 benchmarks/prefill.py --no-store --no-torch --reps 7 --shapes 64x1000 1x8000 > $L/prefill-5.log 2>&1
 echo "prefill 5 rc=$?"; grep -E "^prefill " $L/prefill-5.log
+git apply $E/no-silu-diagnostic.diff || patch -p1 < $E/no-silu-diagnostic.diff || exit 6
+timeout 100 python3 benchmarks/kernel_bench.py --only prefill_gemm > $L/kernel-bench-nosilu.log 2>&1; echo "bench no-silu rc=$?"; grep gate_up $L/kernel-bench-nosilu.log
