@@ -23,4 +23,4 @@ echo "silu tests rc=$?"; tail -n 1 $L/tests-fast-rcp.log; grep -E "^(E |FAILED)"
 run_b fast-rcp
 patch -R -p1 < $E/fast-rcp.diff > /dev/null || exit 5
 run_b frcp-rn
-tar czf $OUT/s44e-logs.tgz -C $OUT logs
+tar czf /tmp/s44e-logs.tgz -C $OUT logs && rm -rf $OUT/logs && mv /tmp/s44e-logs.tgz $OUT/
