@@ -13,12 +13,12 @@ echo "tree $(cat .whl/HEAD) + working changes:" > $L/tree.txt; cat .whl/DIFF >> 
 export ROADGATE_TEST_MODEL=dummy:smollm2-135m
 run_b() {  # $1: label
   timeout 100 python3 benchmarks/kernel_bench.py --only prefill_gemm > $L/kernel-bench-$1.log 2>&1; echo "bench $1 rc=$?"; grep gate_up $L/kernel-bench-$1.log
-  timeout 100 python3 benchmarks/prefill.py --no-store --no-torch --reps 7 > $L/prefill-$1.log 2>&1
+  timeout 100 python3 benchmarks/prefill.py --no-store --no-torch --reps 5 --shapes 64x1000 1x4000 > $L/prefill-$1.log 2>&1
   echo "prefill $1 rc=$?"; grep -E "^prefill " $L/prefill-$1.log
 }
 git apply $E/fast-rcp.diff || patch -p1 < $E/fast-rcp.diff || exit 4
 sha256sum cuda_src/* engine/*.py engine/ops/*.py benchmarks/*.py > $L/code-fast-rcp.sha256
-timeout 200 python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests/gpu/test_kernels.py -k "silu or gemm_tma or gemv" > $L/tests-fast-rcp.log 2>&1
+timeout 200 python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests/gpu/test_kernels.py -k "silu" > $L/tests-fast-rcp.log 2>&1
 echo "silu tests rc=$?"; tail -n 1 $L/tests-fast-rcp.log; grep -E "^(E |FAILED)" $L/tests-fast-rcp.log | head -10
 run_b fast-rcp
 patch -R -p1 < $E/fast-rcp.diff > /dev/null || exit 5
