@@ -6,7 +6,7 @@
 # tests of every kernel that uses silu_times, the kernel bench (graphs, events, medians after
 # warm-up), and prefill.py (ours, warmed up on the measured shapes, prefix cache emptied before
 # every repetition) with the diff, then reverted: the bench and prefill.py again on the same
-# machine. Logs come back as one tarball.
+# machine. Everything comes back as one tarball (pack_logs).
 source benchmarks/device_env.sh
 E=docs/performance-evidence/2026-12-07-s44-issue20
 echo "tree $(cat .whl/HEAD) + working changes:" > $L/tree.txt; cat .whl/DIFF >> $L/tree.txt; cat $L/gpu.txt
@@ -23,4 +23,4 @@ echo "silu tests rc=$?"; tail -n 1 $L/tests-fast-rcp.log; grep -E "^(E |FAILED)"
 run_b fast-rcp
 patch -R -p1 < $E/fast-rcp.diff > /dev/null || exit 5
 run_b frcp-rn
-tar czf /tmp/s44e-logs.tgz -C $OUT logs && rm -rf $OUT/logs && mv /tmp/s44e-logs.tgz $OUT/
+pack_logs
