@@ -9,10 +9,10 @@
 #   source benchmarks/device_env.sh
 #   use_gguf b179c952...  || exit 3        # then ROADGATE_TEST_MODEL=/tmp/model/smollm2.gguf
 #   ...
-#   pack_logs                              # last: everything under $OUT as one $OUT/out.tgz
+#   pack_out                              # last: everything under $OUT as one $OUT/out.tgz
 #
 # A call brings back at most 8 files from $OUT (the device README's limits): a script that
-# writes more ends with pack_logs, or loses all but 8 of them.
+# writes more ends with pack_out, or loses all but 8 of them.
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 L=$OUT/logs
@@ -27,6 +27,6 @@ use_gguf() {  # use_gguf SHA256
   cat "$dir"/part-* > "$dir/smollm2.gguf" && echo "$1  $dir/smollm2.gguf" | sha256sum -c --quiet
 }
 
-pack_logs() {  # everything under $OUT into $OUT/out.tgz, alone there
+pack_out() {  # everything under $OUT into $OUT/out.tgz, alone there
   tar czf /tmp/out.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/out.tgz "$OUT/out.tgz"
 }

@@ -7,7 +7,7 @@
 # warm-up), and prefill.py (ours, warmed up on the measured shapes, prefix cache emptied before
 # every repetition) and the batch-1 decode step (gemv_silu's prologue computes the SiLU too)
 # with the diff, then reverted: the same again on the same machine. One tarball comes back
-# (pack_logs).
+# (pack_out).
 source benchmarks/device_env.sh
 E=docs/performance-evidence/2026-12-07-s44-issue20
 echo "tree $(cat .whl/HEAD) + working changes:" > $L/tree.txt; cat .whl/DIFF >> $L/tree.txt; cat $L/gpu.txt
@@ -26,4 +26,4 @@ echo "silu tests rc=$?"; tail -n 1 $L/tests-fast-rcp.log; grep -E "^(E |FAILED)"
 run_b fast-rcp
 patch -R -p1 < $E/fast-rcp.diff > /dev/null || exit 5
 run_b frcp-rn
-pack_logs
+pack_out
