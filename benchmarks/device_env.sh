@@ -9,7 +9,7 @@
 #   source benchmarks/device_env.sh
 #   use_gguf b179c952...  || exit 3        # then ROADGATE_TEST_MODEL=/tmp/model/smollm2.gguf
 #   ...
-#   pack_out                              # last: everything under $OUT as one $OUT/out.tgz
+#   pack_out                               # last: everything under $OUT as one $OUT/out.tgz
 #
 # A call brings back at most 8 files from $OUT (the device README's limits): a script that
 # writes more ends with pack_out, or loses all but 8 of them.
