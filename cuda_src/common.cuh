@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <type_traits>
 
 typedef __nv_bfloat16 bf16;
 typedef __half f16;
@@ -104,14 +105,22 @@ template <> __device__ __forceinline__ uint4 load8_as<f16, f16>(const f16* p) {
 template <typename T> __device__ __forceinline__ float rms_normed(float r, float inv_rms, float weight) {
     return weight * to_float(from_float<T>(r * inv_rms));
 }
-// silu as gate * 1 / (1 + 2^(-gate log2 e)) in the fast exponential (ex2.approx) and a
-// correctly rounded reciprocal: within 2 float ulps of the IEEE expression, far inside the
-// 16-bit rounding that follows, at a few instructions where expf and the division took ~25
-// (it did not speed gemm_tma's cooperative silu tiles, session 39: their epilogue is slow for
-// another reason). Below gate = -88.7, 1 + e^-gate is inf and the result 0, as the true value
-// rounds to. (__fdividef here spills gemm_tma_silu_f16.)
+// silu as gate * 1 / (1 + 2^(-gate log2 e)) in the fast exponential (ex2.approx) and, for bf16,
+// the fast reciprocal (rcp.approx, one MUFU.RCP): within a few float ulps of the IEEE
+// expression, far inside the 16-bit rounding that follows. A correctly rounded reciprocal
+// (__frcp_rn) carries a called slow path a value, whose branch kept ptxas from interleaving the
+// values of gemm_tma's fused epilogue: 64 serial chains a thread, longer than the other
+// warpgroup's multiplies (session 44). f16 keeps it: interleaved, its conversions make ptxas
+// spill the fused f16 kernels. Below gate = -87.3 the fast reciprocal flushes to 0, and so
+// does the result (-88.7 with __frcp_rn, where 1 + e^-gate is inf).
+__device__ __forceinline__ float rcp_approx(float x) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
 template <typename T> __device__ __forceinline__ float silu_times(float gate, float up) {
-    return to_float(from_float<T>(gate * __frcp_rn(1.f + __expf(-gate)))) * up;
+    const float sum = 1.f + __expf(-gate);
+    return to_float(from_float<T>(gate * (std::is_same_v<T, f16> ? __frcp_rn(sum) : rcp_approx(sum)))) * up;
 }
 
 // Programmatic dependent launch (sm_90). Every kernel calls pdl_start() before it reads
