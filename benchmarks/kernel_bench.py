@@ -168,14 +168,14 @@ def prefill_gemm(ops):
     dt = torch.bfloat16
     stream = ops.new_stream()
     print(f"{'prefill GEMM (rows x K -> N)':<40} {'gemm_tma us':>12} {'TFLOP/s':>8} {'cuBLAS us':>10} {'TFLOP/s':>8}"
-          "   gemm_tma at 256 | 192, silu 256 | 128 | 128 x-shared (* the one it takes)")
+          "   gemm_tma at 256 | 192, silu 256 | 128 | 128 x-shared (* the one gemm_tma_width takes)")
     for M in (2048, 4096, 8192):
         for name, K, N, silu in (("qkv", 576, 960, False), ("o", 576, 576, False),
                                  ("gate_up + silu_and_mul", 576, 3072, True), ("down", 1536, 576, False)):
             w = torch.randn(N, K, dtype=dt, device="cuda") * K ** -0.5
             x = torch.randn(M, K, dtype=dt, device="cuda")
-            ours = graph_us(lambda i: ops.gemm_tma(x, w, silu=silu), stream)
-            taken = (128, 1) if silu else (gemm_tma_width(M, N, ops.num_sms), 1)
+            ours = graph_us(lambda i: ops.gemm_tma(x, w, silu=silu, width=taken[0]), stream)
+            taken = (gemm_tma_width(M, N // (2 if silu else 1), ops.num_sms, silu), 1)   # the rule's choice
             shapes = ((256, 1), (128, 1), (128, 2)) if silu else ((256, 1), (192, 1))
             widths = " | ".join(
                 f"{graph_us(lambda i: ops.gemm_tma(x, w, silu=silu, width=wd, x_share=xs), stream):.2f}"

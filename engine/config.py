@@ -44,6 +44,7 @@ ENV_OVERRIDES = {"max_num_batched_tokens": ("ROADGATE_MAX_NUM_BATCHED_TOKENS", i
                  "gemm_max_rows": ("ROADGATE_GEMM_MAX_ROWS", int),
                  "prefill_gemm_tma": ("ROADGATE_PREFILL_GEMM_TMA", gemm_tma_scope),
                  "prefill_silu_x_share": ("ROADGATE_PREFILL_SILU_X_SHARE", int),
+                 "prefill_silu_width": ("ROADGATE_PREFILL_SILU_WIDTH", int),
                  "cuda_debug": ("ROADGATE_CUDA_DEBUG", lambda v: v not in ("", "0")),
                  "programmatic_launch": ("ROADGATE_PROGRAMMATIC_LAUNCH", lambda v: v not in ("", "0"))}
 
@@ -115,6 +116,10 @@ class EngineConfig:
     # gemm_tma's fused gate|up in clusters of 2 x 2 blocks (2), each x row tile loaded from L2
     # once for two W tiles, or in pairs (1), each block loading its own.
     prefill_silu_x_share: int = 1
+    # gemm_tma's fused gate|up tiles: 128 W rows (ping-pong: one warpgroup's SiLU epilogue
+    # runs while the other multiplies), 256 (cooperative: half the x loads an output), or 0:
+    # chosen per step by gemm_tma_width's rounds.
+    prefill_silu_width: int = 128
     cuda_debug: bool = False              # synchronize and check after every kernel launch
     # Programmatic edges between our kernels in CUDA graphs (engine.ops.pdl): a kernel's
     # blocks launch and prefetch its weights while the kernel before it still runs.
@@ -147,6 +152,8 @@ class EngineConfig:
                              f"not {self.prefill_gemm_tma!r}")
         if self.prefill_silu_x_share not in (1, 2):
             raise ValueError(f"prefill_silu_x_share must be 1 or 2, not {self.prefill_silu_x_share}")
+        if self.prefill_silu_width not in (0, 128, 256):
+            raise ValueError(f"prefill_silu_width must be 0 (chosen per step), 128 or 256, not {self.prefill_silu_width}")
         if self.prefill_ws_keys not in (64, 128):
             raise ValueError(f"prefill_ws_keys must be 64 or 128, not {self.prefill_ws_keys}")
         if self.decode_few_chunk < 16 or self.decode_few_chunk % 16:

@@ -24,6 +24,7 @@ from engine.config import EngineConfig
     ({"prefill_ws_keys": 96}, "prefill_ws_keys must be 64 or 128, not 96"),
     ({"prefill_gemm_tma": True}, "prefill_gemm_tma must be one of off, mlp, all, not True"),
     ({"prefill_silu_x_share": 4}, "prefill_silu_x_share must be 1 or 2, not 4"),
+    ({"prefill_silu_width": 192}, r"prefill_silu_width must be 0 \(chosen per step\), 128 or 256, not 192"),
 ])
 def test_bad_settings_are_refused_by_name(settings, message):
     with pytest.raises(ValueError, match=message):

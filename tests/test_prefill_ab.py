@@ -18,6 +18,7 @@ from benchmarks.prefill import kv_tokens_for, parse_setting
     ("max_num_batched_tokens=4096", ("max_num_batched_tokens", 4096)),
     ("decode_slack=1.25", ("decode_slack", 1.25)),
     ("prefill_silu_x_share=2", ("prefill_silu_x_share", 2)),
+    ("prefill_silu_width=0", ("prefill_silu_width", 0)),
 ])
 def test_a_setting_is_read_as_its_environment_variable_would_be(text, expected):
     assert parse_setting(text) == expected

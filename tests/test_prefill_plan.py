@@ -108,6 +108,16 @@ def test_gemm_tma_takes_the_width_whose_rounds_are_shortest(M, N, width):
     assert gemm_tma_width(M, N, num_sms=132) == width
 
 
+@pytest.mark.parametrize("M,width", [
+    (2048, 128),   # 96 pairs of cooperative tiles, 2 rounds on 66 clusters (512 W rows), against 3 of ping-pong (384)
+    (512, 128),    # 24 pairs or 48: one round either way, the narrower one shorter
+    (4096, 256),   # 3 rounds of 256 or 6 of 128: a tie
+    (8192, 256),   # 6 rounds of 256 or 12 of 128: a tie
+])
+def test_the_fused_gate_up_takes_the_cooperative_tiles_unless_a_round_would_idle(M, width):
+    assert gemm_tma_width(M, 1536, num_sms=132, silu=True) == width   # SmolLM2's 1,536 outputs
+
+
 def test_gemm_tma_keeps_the_wide_tile_on_a_tie():
     # 50 pairs of row tiles: 150 work items of 256 (3 rounds on 66 clusters) or 200 of 192 (4)
     assert gemm_tma_width(50 * 256, 768, num_sms=132) == 256

@@ -234,14 +234,16 @@ def gemm_tma_pairs(M: int, N: int, cols: int) -> int:
     return math.ceil(M / (_TMA_CLUSTER * _TMA_ROWS)) * math.ceil(N / cols)
 
 
-def gemm_tma_width(M: int, N: int, num_sms: int) -> int:
-    """gemm_tma's tile width (W rows) for a plain [M, K] x [N, K]^T: the one whose rounds of
-    tiles over the SMs add up to the fewest W rows (a round takes about as long as a tile,
-    in proportion to its width); 256 on a tie. 192 where 256 would waste columns (N = 576)
-    or leave a last round mostly idle."""
-    clusters = num_sms // _TMA_CLUSTER
-    return min((_TMA_COLS, _TMA_NARROW_COLS),
-               key=lambda width: math.ceil(gemm_tma_pairs(M, N, width) / clusters) * width)
+def gemm_tma_width(M: int, N: int, num_sms: int, silu: bool = False) -> int:
+    """gemm_tma's tile width (W rows) for [M, K] x [N, K]^T (silu: N outputs of the fused
+    gate|up, W's 2N rows): the one whose rounds of tiles over the SMs add up to the fewest W
+    rows (a round takes about as long as a tile, in proportion to its width); 256 on a tie.
+    Plain: 192 where 256 would waste columns (N = 576) or leave a last round mostly idle.
+    Silu: the ping-pong tiles (128) where the cooperative ones (256, half the x loads an
+    output) would leave a round mostly idle."""
+    clusters, outputs_per_row = num_sms // _TMA_CLUSTER, 2 if silu else 1
+    return min((_TMA_COLS, _TMA_PINGPONG_COLS if silu else _TMA_NARROW_COLS),
+               key=lambda width: math.ceil(gemm_tma_pairs(M, N, width // outputs_per_row) / clusters) * width)
 
 
 class CudaOps(Ops):
@@ -277,7 +279,7 @@ class CudaOps(Ops):
         self.gemv_max_rows = config.gemv_max_rows
         self.gemm_max_rows = config.gemm_max_rows
         self.prefill_gemm_tma = config.prefill_gemm_tma if arch == "sm_90a" else "off"
-        self.silu_x_share = config.prefill_silu_x_share
+        self.silu_x_share, self.silu_width = config.prefill_silu_x_share, config.prefill_silu_width
         self._cluster_counts: dict[str, int] = {}   # gemm_tma kernel -> clusters of 4 that run at once
         try:
             cubins = cuda_build.build_all(arch)
@@ -481,7 +483,11 @@ class CudaOps(Ops):
         if not self._gemm_tma_fits(x, layer.gate_up, silu=True):
             return super().mlp_block(x, residual, layer, step)
         normed, residual = self.rms_norm(x, layer.ffn_norm, step.shape.rms_norm_eps, residual)
-        gated = self.gemm_tma(normed, layer.gate_up, silu=True, x_share=self.silu_x_share)
+        M, N = normed.shape[0], layer.gate_up.shape[0] // 2
+        # Shared x rows come in ping-pong tiles only.
+        width = _TMA_PINGPONG_COLS if self.silu_x_share == 2 else (
+            self.silu_width or gemm_tma_width(M, N, self.num_sms, silu=True))
+        gated = self.gemm_tma(normed, layer.gate_up, silu=True, width=width, x_share=self.silu_x_share)
         return self.linear(gated, layer.down), residual
 
     def norm_linear(self, x, residual, norm_weight, eps, weight, out=None):
