@@ -174,8 +174,8 @@ def prefill_gemm(ops):
                                  ("gate_up + silu_and_mul", 576, 3072, True), ("down", 1536, 576, False)):
             w = torch.randn(N, K, dtype=dt, device="cuda") * K ** -0.5
             x = torch.randn(M, K, dtype=dt, device="cuda")
-            ours = graph_us(lambda i: ops.gemm_tma(x, w, silu=silu, width=taken[0]), stream)
             taken = (gemm_tma_width(M, N // (2 if silu else 1), ops.num_sms, silu), 1)   # the rule's choice
+            ours = graph_us(lambda i: ops.gemm_tma(x, w, silu=silu, width=taken[0]), stream)
             shapes = ((256, 1), (128, 1), (128, 2)) if silu else ((256, 1), (192, 1))
             widths = " | ".join(
                 f"{graph_us(lambda i: ops.gemm_tma(x, w, silu=silu, width=wd, x_share=xs), stream):.2f}"
