@@ -4,7 +4,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
-#include <type_traits>
 
 typedef __nv_bfloat16 bf16;
 typedef __half f16;
@@ -105,22 +104,40 @@ template <> __device__ __forceinline__ uint4 load8_as<f16, f16>(const f16* p) {
 template <typename T> __device__ __forceinline__ float rms_normed(float r, float inv_rms, float weight) {
     return weight * to_float(from_float<T>(r * inv_rms));
 }
-// silu as gate * 1 / (1 + 2^(-gate log2 e)) in the fast exponential (ex2.approx) and, for bf16,
-// the fast reciprocal (rcp.approx, one MUFU.RCP): within a few float ulps of the IEEE
-// expression, far inside the 16-bit rounding that follows. A correctly rounded reciprocal
-// (__frcp_rn) carries a called slow path a value, whose branch kept ptxas from interleaving the
-// values of gemm_tma's fused epilogue: 64 serial chains a thread, longer than the other
-// warpgroup's multiplies (session 44). f16 keeps it: interleaved, its conversions make ptxas
-// spill the fused f16 kernels. Below gate = -87.3 the fast reciprocal flushes to 0, and so
-// does the result (-88.7 with __frcp_rn, where 1 + e^-gate is inf).
+// silu as gate / (1 + 2^(-gate log2 e)) in the MUFU's fast exponential and reciprocal, both
+// flushing subnormals (ex2.approx.ftz, rcp.approx.ftz: one instruction each, where __expf adds
+// a range test and two multiplies a value and __frcp_rn a called slow path): within a few
+// float ulps of the IEEE expression, far inside the 16-bit rounding that follows. The called
+// path's branch kept ptxas from interleaving the 64 values a thread of gemm_tma's fused
+// epilogue: 64 serial chains, longer than the other warpgroup's multiplies (session 44).
+// Where 2^(-gate log2 e) would be subnormal, 1 + it is 1 either way; below gate = -87.3 the
+// reciprocal flushes to 0, and so does the result, as the true value rounds to.
+__device__ __forceinline__ float ex2_approx(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
 __device__ __forceinline__ float rcp_approx(float x) {
     float r;
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
     return r;
 }
+__device__ __forceinline__ float silu(float gate) { return gate * rcp_approx(1.f + ex2_approx(gate * -1.4426950408889634f)); }
 template <typename T> __device__ __forceinline__ float silu_times(float gate, float up) {
-    const float sum = 1.f + __expf(-gate);
-    return to_float(from_float<T>(gate * (std::is_same_v<T, f16> ? __frcp_rn(sum) : rcp_approx(sum)))) * up;
+    return to_float(from_float<T>(silu(gate))) * up;
+}
+// The same for two neighbouring outputs from fp32 gate and up products, rounded to T first as
+// a GEMM's output is, and returned as a packed pair: every rounding is a packed conversion
+// (three a pair, where one value at a time took seven: conversions issue at the MUFU's 16 a
+// clock an SM, and gemm_tma's fused epilogue makes 64 pairs a thread), and the last multiply
+// is one 16-bit pair multiply. Two 16-bit values' product is exact in fp32, so rounding it
+// once is what silu_times and pack2 give.
+template <typename T> __device__ __forceinline__ uint32_t silu_times_pair(float gate0, float gate1, float up0, float up1) {
+    const float2 gate = unpack2<T>(pack2<T>(gate0, gate1));
+    const uint32_t s = pack2<T>(silu(gate.x), silu(gate.y)), up = pack2<T>(up0, up1);
+    typedef typename Pair<T>::type T2;
+    const T2 out = __hmul2_rn(*reinterpret_cast<const T2*>(&s), *reinterpret_cast<const T2*>(&up));
+    return *reinterpret_cast<const uint32_t*>(&out);
 }
 
 // Programmatic dependent launch (sm_90). Every kernel calls pdl_start() before it reads
