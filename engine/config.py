@@ -118,8 +118,10 @@ class EngineConfig:
     prefill_silu_x_share: int = 1
     # gemm_tma's fused gate|up tiles: 128 W rows (ping-pong: one warpgroup's SiLU epilogue
     # runs while the other multiplies), 256 (cooperative: half the x loads an output), or 0:
-    # chosen per step by gemm_tma_width's rounds.
-    prefill_silu_width: int = 128
+    # chosen per step by gemm_tma_width's rounds. 0 against 128 on the H100 (session 45,
+    # prefill.py --ab, median wall of alternating repetitions): 64 x 1,000 0.983, 1 x 8,000
+    # 0.991, 1 x 4,000 0.986.
+    prefill_silu_width: int = 0
     cuda_debug: bool = False              # synchronize and check after every kernel launch
     # Programmatic edges between our kernels in CUDA graphs (engine.ops.pdl): a kernel's
     # blocks launch and prefetch its weights while the kernel before it still runs.
