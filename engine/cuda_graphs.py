@@ -13,6 +13,8 @@ on the device each step, see CudaOps.plan_decode).
 """
 from __future__ import annotations
 
+import gc
+
 import torch
 
 from engine.config import EngineConfig
@@ -93,8 +95,16 @@ def capture(run, pool, side: torch.cuda.Stream, programmatic: bool) -> tuple[tor
         run()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph(keep_graph=programmatic)
-    with torch.cuda.graph(graph, pool=pool, stream=side):
-        out = run()
+    # No cyclic garbage collection inside the capture: a dead engine it found would unload
+    # its PyCUDA modules there, which a capture forbids, and the capture would fail.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with torch.cuda.graph(graph, pool=pool, stream=side):
+            out = run()
+    finally:
+        if collecting:
+            gc.enable()
     if programmatic:
         graph.programmatic_edges = make_programmatic(graph.raw_cuda_graph())
         graph.instantiate()

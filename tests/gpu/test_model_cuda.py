@@ -1,12 +1,16 @@
 """The whole engine on the cuda backend against the torch backend, real model, on the GPU."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import pytest
 import torch
 
 from engine import LLM, SamplingParams
+from engine.cuda_graphs import capture
+from engine.ops import cuda_build
+from engine.ops.cuda_ops import CudaOps
 from tests.conftest import MODEL, chat_messages
 
 pytestmark = pytest.mark.gpu
@@ -238,6 +242,38 @@ def test_prefill_gemms_in_gemm_tma_keep_a_long_prompts_logits(scope, x_share, si
     errors = [rel(first_token_logits(tma, p), first_token_logits(cublas, p)) for p in prompts]
     report(f"prefill_gemm_tma_{scope}_x{x_share}_w{silu_width}", {"logits_rel": errors})
     assert max(errors) <= 3e-2
+
+
+def test_a_dead_engines_modules_are_not_unloaded_inside_a_graph_capture():
+    """A dead engine in a reference cycle is freed by Python's cyclic collector at whatever
+    allocation it next runs on; inside a graph capture its PyCUDA modules would unload there,
+    which a capture forbids, and the capture would fail (a test that failed before leaves such
+    a cycle in its traceback). Here a loaded module's cycle turns to garbage inside the
+    capture, with the collector run at every allocation."""
+    ops = CudaOps()
+    cycle = [ops.launcher.load(cuda_build.build_all(cuda_build.arch_of(*torch.cuda.get_device_capability()))["embedding"])]
+    cycle.append(cycle)
+    box, runs, x = [cycle], [], torch.zeros(16, device="cuda")
+    del cycle
+
+    def run():
+        runs.append(1)
+        if len(runs) == 2:      # capture() runs it once eagerly, then inside the capture
+            box.clear()
+            for _ in range(100):
+                [[]]            # container allocations: with a threshold of 1, the collector runs
+        return x + 1
+
+    thresholds = gc.get_threshold()
+    gc.set_threshold(1)
+    try:
+        graph, out = capture(run, torch.cuda.graph_pool_handle(), ops.new_stream(), programmatic=False)
+    finally:
+        gc.set_threshold(*thresholds)
+    gc.collect()                # the module unloads now, outside the capture
+    graph.replay()
+    torch.cuda.synchronize()
+    assert len(runs) == 2 and out.eq(1).all()
 
 
 def test_programmatic_edges_join_our_kernels_and_keep_outputs():
