@@ -29,12 +29,14 @@ step() {  # step NAME COMMAND...: run, log to $OUT/NAME.log, remember the last l
 }
 
 step tests python3 -m pytest -q -rs -m gpu ${SUITE_TESTS:-tests/gpu} -p no:cacheprovider -s   # -rs: each skip with its reason
+# Token ids (dummy weights have no tokenizer): a 6,000-token prompt runs the 8,192-row prefill
+# graph (gemm_tma's tiles, the tall attention tiles), the short ones the decode kernels.
 step memcheck compute-sanitizer --tool memcheck --print-limit 20 python3 -c "
 from engine import LLM, SamplingParams
-llm = LLM('$ROADGATE_TEST_MODEL', backend='cuda', kv_cache_tokens=4096, max_num_seqs=8)
-outs = llm.generate([[{'role': 'user', 'content': 'What is the capital of France?'}], 'Once upon a time'] * 3,
-                    SamplingParams(max_tokens=12, temperature=0.8, top_p=0.9, seed=1))
-print('memcheck run done:', repr(outs[0].text))"
+llm = LLM('$ROADGATE_TEST_MODEL', backend='cuda', kv_cache_tokens=16384, max_num_seqs=8)
+prompts = [[(31 * j) % 20000 + 30 for j in range(6000)]] + [[(7 * j + n) % 20000 + 30 for j in range(40 + n)] for n in range(5)]
+outs = llm.generate(prompts, SamplingParams(max_tokens=12, temperature=0.8, top_p=0.9, seed=1))
+print('memcheck run done:', [len(o.token_ids) for o in outs])"
 step kernels python3 benchmarks/kernel_bench.py
 step decode-step python3 benchmarks/decode_step.py --profile
 step decode-step-b1 python3 benchmarks/decode_step.py --batch 1 --context 256
