@@ -130,8 +130,9 @@ template <typename T> __device__ __forceinline__ float silu_times(float gate, fl
 // a GEMM's output is, and returned as a packed pair: every rounding is a packed conversion
 // (three a pair, where one value at a time took seven: conversions issue at the MUFU's 16 a
 // clock an SM, and gemm_tma's fused epilogue makes 64 pairs a thread), and the last multiply
-// is one 16-bit pair multiply. Two 16-bit values' product is exact in fp32, so rounding it
-// once is what silu_times and pack2 give.
+// is one 16-bit pair multiply. Two 16-bit values' product is exact in fp32 (bar bf16 products
+// below 2^-126, which fp32 rounds to a subnormal first), so rounding it once is what
+// silu_times and pack2 give.
 template <typename T> __device__ __forceinline__ uint32_t silu_times_pair(float gate0, float gate1, float up0, float up1) {
     const float2 gate = unpack2<T>(pack2<T>(gate0, gate1));
     const uint32_t s = pack2<T>(silu(gate.x), silu(gate.y)), up = pack2<T>(up0, up1);
