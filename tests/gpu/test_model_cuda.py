@@ -257,32 +257,42 @@ def test_a_dead_engines_modules_are_not_unloaded_inside_a_graph_capture():
     """A dead engine in a reference cycle is freed by Python's cyclic collector at whatever
     allocation it next runs on; inside a graph capture its PyCUDA modules would unload there,
     which a capture forbids, and the capture would fail (a test that failed before leaves such
-    a cycle in its traceback). Here a loaded module's cycle turns to garbage inside the
-    capture, with the collector run at every allocation."""
+    a cycle in its traceback). Here a loaded module's cycle turns to garbage inside the capture,
+    and the capture allocates until a full collection starts, or as many objects as the heap
+    holds: torch.cuda.graph's own gc.collect() leaves the cycle in the oldest generation, which
+    only a full collection examines, and one starts once the survivors of younger collections
+    pass a quarter of it (thresholds of 100, 1, 1 run those at every 100th allocation)."""
     ops = CudaOps()
     cycle = [ops.launcher.load(cuda_build.build_all(cuda_build.arch_of(*torch.cuda.get_device_capability()))["embedding"])]
     cycle.append(cycle)
-    box, runs, x = [cycle], [], torch.zeros(16, device="cuda")
+    box, runs, started, x = [cycle], [], [], torch.zeros(16, device="cuda")
     del cycle
 
     def run():
         runs.append(1)
         if len(runs) == 2:      # capture() runs it once eagerly, then inside the capture
             box.clear()
-            for _ in range(100):
-                [[]]            # container allocations: with a threshold of 1, the collector runs
+            survivors = []
+            while 2 not in started and len(survivors) < heap:
+                survivors.append([])
         return x + 1
 
-    thresholds = gc.get_threshold()
-    gc.set_threshold(1)
+    def on_collection(phase, info):
+        if phase == "start" and torch.cuda.is_current_stream_capturing():
+            started.append(info["generation"])
+
+    heap, thresholds = len(gc.get_objects()), gc.get_threshold()
+    gc.set_threshold(100, 1, 1)
+    gc.callbacks.append(on_collection)
     try:
         graph, out = capture(run, torch.cuda.graph_pool_handle(), ops.new_stream(), programmatic=False)
     finally:
+        gc.callbacks.remove(on_collection)
         gc.set_threshold(*thresholds)
     gc.collect()                # the module unloads now, outside the capture
     graph.replay()
     torch.cuda.synchronize()
-    assert len(runs) == 2 and out.eq(1).all()
+    assert started == [] and len(runs) == 2 and out.eq(1).all()   # no collection inside the capture
 
 
 @sends_text
