@@ -168,18 +168,16 @@ def prefill_gemm(ops):
     dt = torch.bfloat16
     stream = ops.new_stream()
     print(f"{'prefill GEMM (rows x K -> N)':<40} {'gemm_tma us':>12} {'TFLOP/s':>8} {'cuBLAS us':>10} {'TFLOP/s':>8}"
-          "   gemm_tma at 256 | 192, silu 256 | 128 | 128 x-shared (* the one gemm_tma_width takes)")
+          "   gemm_tma at 256 | 192, silu 256 | 128 (* the one gemm_tma_width takes)")
     for M in (2048, 4096, 8192):
         for name, K, N, silu in (("qkv", 576, 960, False), ("o", 576, 576, False),
                                  ("gate_up + silu_and_mul", 576, 3072, True), ("down", 1536, 576, False)):
             w = torch.randn(N, K, dtype=dt, device="cuda") * K ** -0.5
             x = torch.randn(M, K, dtype=dt, device="cuda")
-            taken = (gemm_tma_width(M, N // (2 if silu else 1), ops.num_sms, silu), 1)   # the rule's choice
-            ours = graph_us(lambda i: ops.gemm_tma(x, w, silu=silu, width=taken[0]), stream)
-            shapes = ((256, 1), (128, 1), (128, 2)) if silu else ((256, 1), (192, 1))
-            widths = " | ".join(
-                f"{graph_us(lambda i: ops.gemm_tma(x, w, silu=silu, width=wd, x_share=xs), stream):.2f}"
-                f"{'*' if (wd, xs) == taken else ''}" for wd, xs in shapes)
+            taken = gemm_tma_width(M, N // (2 if silu else 1), ops.num_sms, silu)   # the rule's choice
+            ours = graph_us(lambda i: ops.gemm_tma(x, w, silu=silu, width=taken), stream)
+            widths = " | ".join(f"{graph_us(lambda i: ops.gemm_tma(x, w, silu=silu, width=wd), stream):.2f}"
+                                f"{'*' if wd == taken else ''}" for wd in ((256, 128) if silu else (256, 192)))
             if silu:
                 cublas = graph_us(lambda i: ops.silu_and_mul(F.linear(x, w)), stream)
             else:

@@ -22,21 +22,15 @@
 //     8,192 rows: 53.1 against 55.7 us; 2,048: 18.4 against 15.7, a round mostly idle).
 // A warpgroup's outputs go through shared memory: its threads write them there, and one has
 // the TMA unit store them while the warpgroup multiplies the next tile.
-// X_SHARE = 2 (ping-pong only): clusters of 2 x 2 blocks, two neighbouring W tiles of the same
-// row pair; each block also loads half of its x rows, multicast into the block beside it
-// that takes the same rows with the other W tile. A 128-wide tile reads its x rows once for
-// every 64 outputs; shared, once for 128, as the 256-wide tiles do (L2 traffic, not the
-// tensor cores, bounds the ping-pong tiles at 8,192 rows: session 39).
 // A stage's `full` barrier completes once its bytes have landed; its `empty` one once every
-// multiplying warp of the cluster that reads it is past it, since the next loads into it
-// write into the other blocks too.
+// multiplying warp of both blocks that reads it is past it, since the next W loads into it
+// write into both.
 // Layout: x [M, K], W row-major, K % 64 == 0 and rows 16-byte aligned (the host checks);
 // plain: any N % 8 == 0; silu: N in whole tiles of outputs (the host asks N % 128 == 0).
-// x's map: boxes of 128 / X_SHARE rows; y's map: boxes of 64 x 64 (tensor_map.swizzled_rows_map).
+// x's map: boxes of 128 rows; y's map: boxes of 64 x 64 (tensor_map.swizzled_rows_map).
 // Launch: grid = 2 x clusters, block = 384, dynamic smem = _TMA_SMEM (cuda_ops.py).
 // Kernels: gemm_tma_plain_<dtype>, gemm_tma_narrow_<dtype> (BN = 192), gemm_tma_silu_<dtype>,
-// gemm_tma_silu_pp_<dtype> (BN = 128, ping-pong), gemm_tma_silu_pp4_<dtype> (the same, x shared:
-// clusters of 4, grid = 4 x clusters).
+// gemm_tma_silu_pp_<dtype> (BN = 128, ping-pong).
 #include "tma.cuh"
 
 namespace {
@@ -51,30 +45,28 @@ constexpr int TILE_BYTES = 212992;
 // (up to 128) and its addressing: 40 x 128 + 232 x 256 fits the SM's 64K.
 constexpr int LOADER_REGS = 40, MULTIPLIER_REGS = 232;
 
-// A kernel's tiles: a stage is BM rows of x (a share of them loaded by each of the X_SHARE
-// blocks that take them) and BN of W (one half loaded by each block of a row pair); a
-// multiplying warpgroup multiplies HALVES slabs of 64 rows a tile and stages their COLS
-// outputs in boxes of 64 x 64.
-template <bool SILU, int BN, bool PINGPONG, int X_SHARE> struct Tiles {
-    static constexpr int COLS = SILU ? BN / 2 : BN, HALVES = PINGPONG ? 2 : 1, BLOCKS = CLUSTER * X_SHARE;
-    static constexpr int A_BYTES = BM * ROW, A_SHARE = A_BYTES / X_SHARE, B_HALF = BN / 2 * ROW;
-    static constexpr int STAGE = A_BYTES + 2 * B_HALF;
+// A kernel's tiles: a stage is BM rows of x and BN of W (one half loaded by each block of the
+// cluster); a multiplying warpgroup multiplies HALVES slabs of 64 rows a tile and stages their
+// COLS outputs in boxes of 64 x 64.
+template <bool SILU, int BN, bool PINGPONG> struct Tiles {
+    static constexpr int COLS = SILU ? BN / 2 : BN, HALVES = PINGPONG ? 2 : 1;
+    static constexpr int A_BYTES = BM * ROW, B_HALF = BN / 2 * ROW, STAGE = A_BYTES + 2 * B_HALF;
     static constexpr int OUT_BYTES = HALVES * (COLS / 64) * OUT_BOX, STAGES = (TILE_BYTES - 2 * OUT_BYTES) / STAGE;
-    // A stage is free once every multiplying warp that reads it is past it, in every block of
-    // the cluster (a block's loads write into the blocks beside it).
-    static constexpr int RELEASES = BLOCKS * CONSUMERS / 32 / (PINGPONG ? 2 : 1);
+    // A stage is free once every multiplying warp of both blocks that reads it is past it (a
+    // block's W loads write into the block beside it).
+    static constexpr int RELEASES = CLUSTER * CONSUMERS / 32 / (PINGPONG ? 2 : 1);
     // The 128-byte swizzle repeats every 1024 bytes: every tile and W half starts on one.
-    static_assert(A_SHARE % 1024 == 0 && B_HALF % 1024 == 0 && STAGE % 1024 == 0 && OUT_BOX % 1024 == 0 &&
-                  STAGES >= 3 && COLS % 64 == 0 && (X_SHARE == 1 || PINGPONG));
+    static_assert(A_BYTES % 1024 == 0 && B_HALF % 1024 == 0 && STAGE % 1024 == 0 && OUT_BOX % 1024 == 0 &&
+                  STAGES >= 3 && COLS % 64 == 0);
     // Stages, staged outputs and two mbarriers a stage in the host's TILE_BYTES + 64 (cuda_ops._TMA_SMEM).
     static_assert(STAGES * STAGE + 2 * OUT_BYTES + 16 * STAGES <= TILE_BYTES + 64);
 };
 }
 
-template <typename T, bool SILU, int BN, bool PINGPONG, int X_SHARE>
+template <typename T, bool SILU, int BN, bool PINGPONG>
 __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, const TensorMap& y_map, int M, int N, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using L = Tiles<SILU, BN, PINGPONG, X_SHARE>;
+    using L = Tiles<SILU, BN, PINGPONG>;
     constexpr int STAGES = L::STAGES, STAGE = L::STAGE, A_BYTES = L::A_BYTES, B_HALF = L::B_HALF;
     constexpr int COLS = L::COLS, HALVES = L::HALVES;   // outputs a tile; 64-row slabs a warpgroup
     extern __shared__ unsigned char smem_unaligned[];
@@ -85,8 +77,7 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, const T
     auto b_tile = [&](int s) { return a_tile(s) + A_BYTES; };
     auto full = [&](int s) { return bars + 8 * s; };
     auto empty = [&](int s) { return bars + 8 * (STAGES + s); };
-    // This block's place in the cluster: which row tile of the pair, which W tile of the X_SHARE.
-    const int rank = (int)cluster_rank(), m_rank = rank % CLUSTER, n_rank = rank / CLUSTER;
+    const int rank = (int)cluster_rank();   // which row tile of the pair this block takes
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbarrier_init(full(s), 1);
@@ -97,11 +88,11 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, const T
     cluster_sync_after_init();
 
     const int m_pairs = (M + CLUSTER * BM - 1) / (CLUSTER * BM), n_tiles = (N + COLS - 1) / COLS;
-    const int work = m_pairs * ((n_tiles + X_SHARE - 1) / X_SHARE), chunks = K / BK;
+    const int work = m_pairs * n_tiles, chunks = K / BK;
     // Work item w: rows of pair w % m_pairs (neighbouring clusters share a W tile in L2), W
-    // tiles of group w / m_pairs. A W tile past N (n_tiles odd) computes what the TMA unit drops.
-    auto m0_of = [&](int w) { return (w % m_pairs * CLUSTER + m_rank) * BM; };
-    auto n_tile_of = [&](int w) { return w / m_pairs * X_SHARE + n_rank; };
+    // tile w / m_pairs.
+    auto m0_of = [&](int w) { return (w % m_pairs * CLUSTER + rank) * BM; };
+    auto n_tile_of = [&](int w) { return w / m_pairs; };
     // The warpgroup as a value the compiler knows is the same across a warp: it would
     // otherwise see the wgmmas below on a divergent path and serialize them.
     const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
@@ -112,27 +103,19 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, const T
             prefetch_tensor_map(x_map);
             prefetch_tensor_map(w_map);
             prefetch_tensor_map(y_map);
-            // The blocks that take this block's rows (its x share goes to them) and those that
-            // take its W tile (its W half goes to them).
-            uint16_t x_blocks = 0;
-            for (int n = 0; n < X_SHARE; ++n) x_blocks |= 1 << (n * CLUSTER + m_rank);
-            const uint16_t w_blocks = ((1 << CLUSTER) - 1) << (n_rank * CLUSTER);
             int it = 0;
             for (int w = cluster_id(); w < work; w += cluster_count()) {
                 const int n_tile = n_tile_of(w), m0 = m0_of(w);
                 // This block's half of the tile's W rows: the gate or the up rows of the
                 // tile's outputs (silu), or the first or second 128 (plain).
-                const int w_row = SILU ? m_rank * N + n_tile * COLS : n_tile * BN + m_rank * (BN / 2);
+                const int w_row = SILU ? rank * N + n_tile * COLS : n_tile * BN + rank * (BN / 2);
                 for (int c = 0; c < chunks; ++c, ++it) {
                     const int s = it % STAGES;
                     if (it >= STAGES) mbarrier_wait(empty(s), (it / STAGES - 1) & 1);
                     mbarrier_arrive_expect_bytes(full(s), STAGE);
-                    if (X_SHARE == 1)
-                        tma_load(a_tile(s), x_map, c * BK, m0, full(s));
-                    else
-                        tma_load_multicast(a_tile(s) + n_rank * L::A_SHARE, x_map, c * BK, m0 + n_rank * (BM / X_SHARE),
-                                           full(s), x_blocks);
-                    tma_load_multicast(b_tile(s) + m_rank * B_HALF, w_map, c * BK, w_row, full(s), w_blocks);
+                    tma_load(a_tile(s), x_map, c * BK, m0, full(s));
+                    // This block's W half, multicast into both blocks.
+                    tma_load_multicast(b_tile(s) + rank * B_HALF, w_map, c * BK, w_row, full(s), (1 << CLUSTER) - 1);
                 }
             }
         }
@@ -141,7 +124,7 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, const T
         const int cw = wg - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
         auto release = [&](int s) {   // this warp is done reading stage s, in both blocks' eyes
             __syncwarp();
-            if (lane < L::BLOCKS) mbarrier_arrive_cluster(empty(s), lane);
+            if (lane < CLUSTER) mbarrier_arrive_cluster(empty(s), lane);
         };
         // Ping-pong: this warpgroup's turn to multiply is named barrier 3 + cw, which the other
         // one arrives on once it has multiplied its tile. Besides keeping the tensor cores to
@@ -224,16 +207,14 @@ __device__ void gemm_tma(const TensorMap& x_map, const TensorMap& w_map, const T
 #endif
 }
 
-#define GEMM_TMA(T, N, SILU, BN, PINGPONG, X_SHARE, KIND)                                                \
-    extern "C" __global__ void __cluster_dims__(CLUSTER * X_SHARE, 1, 1)                                      \
-        __launch_bounds__(PRODUCERS + CONSUMERS, 1)                                                          \
+#define GEMM_TMA(T, N, SILU, BN, PINGPONG, KIND)                                                          \
+    extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(PRODUCERS + CONSUMERS, 1) \
         gemm_tma_##KIND##N(const __grid_constant__ TensorMap x_map, const __grid_constant__ TensorMap w_map, \
                            const __grid_constant__ TensorMap y_map, int M, int Nout, int K) {               \
         pdl_start();                                                                                        \
-        gemm_tma<T, SILU, BN, PINGPONG, X_SHARE>(x_map, w_map, y_map, M, Nout, K);                          \
+        gemm_tma<T, SILU, BN, PINGPONG>(x_map, w_map, y_map, M, Nout, K);                                   \
     }
-GEMM_TMA(bf16, bf16, false, WIDE_BN, false, 1, plain_) GEMM_TMA(f16, f16, false, WIDE_BN, false, 1, plain_)
-GEMM_TMA(bf16, bf16, false, NARROW_BN, false, 1, narrow_) GEMM_TMA(f16, f16, false, NARROW_BN, false, 1, narrow_)
-GEMM_TMA(bf16, bf16, true, WIDE_BN, false, 1, silu_) GEMM_TMA(f16, f16, true, WIDE_BN, false, 1, silu_)
-GEMM_TMA(bf16, bf16, true, PINGPONG_BN, true, 1, silu_pp_) GEMM_TMA(f16, f16, true, PINGPONG_BN, true, 1, silu_pp_)
-GEMM_TMA(bf16, bf16, true, PINGPONG_BN, true, 2, silu_pp4_) GEMM_TMA(f16, f16, true, PINGPONG_BN, true, 2, silu_pp4_)
+GEMM_TMA(bf16, bf16, false, WIDE_BN, false, plain_) GEMM_TMA(f16, f16, false, WIDE_BN, false, plain_)
+GEMM_TMA(bf16, bf16, false, NARROW_BN, false, narrow_) GEMM_TMA(f16, f16, false, NARROW_BN, false, narrow_)
+GEMM_TMA(bf16, bf16, true, WIDE_BN, false, silu_) GEMM_TMA(f16, f16, true, WIDE_BN, false, silu_)
+GEMM_TMA(bf16, bf16, true, PINGPONG_BN, true, silu_pp_) GEMM_TMA(f16, f16, true, PINGPONG_BN, true, silu_pp_)

@@ -43,7 +43,6 @@ ENV_OVERRIDES = {"max_num_batched_tokens": ("ROADGATE_MAX_NUM_BATCHED_TOKENS", i
                  "gemv_max_rows": ("ROADGATE_GEMV_MAX_ROWS", int),
                  "gemm_max_rows": ("ROADGATE_GEMM_MAX_ROWS", int),
                  "prefill_gemm_tma": ("ROADGATE_PREFILL_GEMM_TMA", gemm_tma_scope),
-                 "prefill_silu_x_share": ("ROADGATE_PREFILL_SILU_X_SHARE", int),
                  "prefill_silu_width": ("ROADGATE_PREFILL_SILU_WIDTH", int),
                  "cuda_debug": ("ROADGATE_CUDA_DEBUG", lambda v: v not in ("", "0")),
                  "programmatic_launch": ("ROADGATE_PROGRAMMATIC_LAUNCH", lambda v: v not in ("", "0"))}
@@ -113,9 +112,6 @@ class EngineConfig:
     # wall of alternating repetitions): 64 x 1,000 0.970, 1 x 8,000 0.992, 1 x 4,000 0.997; all
     # against off (call 1) 1.038, 1.038, 0.995: cuBLAS is faster at the other projections' shapes.
     prefill_gemm_tma: str = "mlp"
-    # gemm_tma's fused gate|up in clusters of 2 x 2 blocks (2), each x row tile loaded from L2
-    # once for two W tiles, or in pairs (1), each block loading its own.
-    prefill_silu_x_share: int = 1
     # gemm_tma's fused gate|up tiles: 128 W rows (ping-pong: one warpgroup's SiLU epilogue
     # runs while the other multiplies), 256 (cooperative: half the x loads an output), or 0:
     # chosen per step by gemm_tma_width's rounds. 0 against 128 on the H100 (session 45,
@@ -152,8 +148,6 @@ class EngineConfig:
         if self.prefill_gemm_tma not in GEMM_TMA_SCOPES:
             raise ValueError(f"prefill_gemm_tma must be one of {', '.join(GEMM_TMA_SCOPES)}, "
                              f"not {self.prefill_gemm_tma!r}")
-        if self.prefill_silu_x_share not in (1, 2):
-            raise ValueError(f"prefill_silu_x_share must be 1 or 2, not {self.prefill_silu_x_share}")
         if self.prefill_silu_width not in (0, 128, 256):
             raise ValueError(f"prefill_silu_width must be 0 (chosen per step), 128 or 256, not {self.prefill_silu_width}")
         if self.prefill_ws_keys not in (64, 128):

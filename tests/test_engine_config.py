@@ -23,7 +23,7 @@ from engine.config import EngineConfig
     ({"decode_few_chunk": 0}, "decode_few_chunk must be a positive multiple of 16, not 0"),
     ({"prefill_ws_keys": 96}, "prefill_ws_keys must be 64 or 128, not 96"),
     ({"prefill_gemm_tma": True}, "prefill_gemm_tma must be one of off, mlp, all, not True"),
-    ({"prefill_silu_x_share": 4}, "prefill_silu_x_share must be 1 or 2, not 4"),
+    ({"prefill_m_tiles": 4}, r"prefill_m_tiles must be 0 \(chosen per step\), 1, 2 or 3, not 4"),
     ({"prefill_silu_width": 192}, r"prefill_silu_width must be 0 \(chosen per step\), 128 or 256, not 192"),
 ])
 def test_bad_settings_are_refused_by_name(settings, message):

@@ -17,7 +17,7 @@ from benchmarks.prefill import kv_tokens_for, parse_setting
     ("prefill_ws=0", ("prefill_ws", False)),
     ("max_num_batched_tokens=4096", ("max_num_batched_tokens", 4096)),
     ("decode_slack=1.25", ("decode_slack", 1.25)),
-    ("prefill_silu_x_share=2", ("prefill_silu_x_share", 2)),
+    ("prefill_m_tiles=2", ("prefill_m_tiles", 2)),
     ("prefill_silu_width=0", ("prefill_silu_width", 0)),
 ])
 def test_a_setting_is_read_as_its_environment_variable_would_be(text, expected):
@@ -29,7 +29,7 @@ def test_a_setting_is_read_as_its_environment_variable_would_be(text, expected):
     ("block_size=32", "not SETTING=VALUE"),          # an engine setting, but no tuning knob
     ("max_num_batched_tokens=lots", "'lots' is not a valid max_num_batched_tokens"),
     ("prefill_gemm_tma=qkv", "'qkv' is not a valid prefill_gemm_tma"),
-    ("prefill_silu_x_share=3", "prefill_silu_x_share must be 1 or 2, not 3"),   # an int the config refuses
+    ("prefill_silu_width=192", r"prefill_silu_width must be 0 \(chosen per step\), 128 or 256, not 192"),  # int refused
     ("prefill_ws_keys=96", "prefill_ws_keys must be 64 or 128, not 96"),
 ])
 def test_a_setting_that_is_no_knob_or_no_value_is_refused(text, problem):

@@ -182,26 +182,18 @@ class Kernel:
         """How many blocks of this kernel one SM runs at once (see `blocks_per_sm`)."""
         return blocks_per_sm(self.launcher.sm, threads, self.registers, self.static_shared + dynamic_shared)
 
-    def max_active_clusters(self, cluster_size: int, threads: int, shared: int) -> int:
-        """How many clusters of this kernel (launched through the driver) run at once."""
-        self._allow_shared(shared)
-        return self._driver.max_active_clusters(self._handle, cluster_size, threads, shared)
-
-    def _allow_shared(self, shared: int) -> None:
-        if shared > self._smem_limit:  # static + dynamic may pass 48 KB only after this opt-in
-            if self._by_address:
-                self._driver.allow_dynamic_shared(self._handle, shared)
-            else:
-                self.function.set_attribute(self.launcher.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
-            self._smem_limit = shared
-
     def __call__(self, grid, block, *args, shared: int = 0) -> None:
         import torch
         drv = self.launcher.drv
         if len(args) != self.arity:
             raise TypeError(f"{self.name} takes {self.arity} arguments, got {len(args)}")
         values = [a.data_ptr() if isinstance(a, torch.Tensor) else 0 if a is None else a for a in args]
-        self._allow_shared(shared)
+        if shared > self._smem_limit:  # static + dynamic may pass 48 KB only after this opt-in
+            if self._by_address:
+                self._driver.allow_dynamic_shared(self._handle, shared)
+            else:
+                self.function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
+            self._smem_limit = shared
         grid = (*grid, 1, 1)[:3] if isinstance(grid, tuple) else (grid, 1, 1)
         block = (*block, 1, 1)[:3] if isinstance(block, tuple) else (block, 1, 1)
         stream = self.launcher.current_stream()

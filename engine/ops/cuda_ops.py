@@ -279,8 +279,7 @@ class CudaOps(Ops):
         self.gemv_max_rows = config.gemv_max_rows
         self.gemm_max_rows = config.gemm_max_rows
         self.prefill_gemm_tma = config.prefill_gemm_tma if arch == "sm_90a" else "off"
-        self.silu_x_share, self.silu_width = config.prefill_silu_x_share, config.prefill_silu_width
-        self._cluster_counts: dict[str, int] = {}   # gemm_tma kernel -> clusters of 4 that run at once
+        self.silu_width = config.prefill_silu_width
         try:
             cubins = cuda_build.build_all(arch)
         except RuntimeError as e:
@@ -427,13 +426,12 @@ class CudaOps(Ops):
                 and math.ceil(x.shape[0] / _TMA_ROWS) * math.ceil(N / cols) >= self.num_sms)
 
     def gemm_tma(self, x: torch.Tensor, weight: torch.Tensor, silu: bool = False,
-                 width: int | None = None, x_share: int = 1, out: torch.Tensor | None = None) -> torch.Tensor:
+                 width: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         """x [M, K] @ weight [N, K]^T in gemm_tma (cuda_src/gemm_tma.cu); silu: weight is the
         fused [gate; up] projection [2I, K] and the result silu_and_mul's, [M, I], rounded as
         the two ops round it. `width`: W rows a tile, plain 256 or 192 (by default
-        gemm_tma_width's), silu 128 (ping-pong, the default) or 256 (cooperative). `x_share`
-        2 (silu at 128 only): clusters of 2 x 2 blocks, each x row tile loaded once for two W tiles.
-        Into `out` where given."""
+        gemm_tma_width's), silu 128 (ping-pong, the default) or 256 (cooperative). Into `out`
+        where given."""
         (M, K), N = x.shape, weight.shape[0] // (2 if silu else 1)
         y = _output(out, (M, N), x)
         if M and N:
@@ -442,32 +440,21 @@ class CudaOps(Ops):
                 width = width or _TMA_PINGPONG_COLS
             else:
                 width = width or gemm_tma_width(M, N, self.num_sms)
-            kind = GEMM_TMA_KINDS.get((silu, width, x_share))
+            kind = GEMM_TMA_KINDS.get((silu, width))
             if kind is None:
-                shapes = sorted((w, xs) for s, w, xs in GEMM_TMA_KINDS if s == silu)
-                raise ValueError(f"gemm_tma has {'silu' if silu else 'plain'} tiles of (W rows, x share) {shapes}, "
-                                 f"not {(width, x_share)}")
+                widths = sorted(w for s, w in GEMM_TMA_KINDS if s == silu)
+                raise ValueError(f"gemm_tma has {'silu' if silu else 'plain'} tiles of {widths} W rows, not {width}")
             cols = width // (2 if silu else 1)                          # outputs a tile
-            x_map = swizzled_rows_map(x.data_ptr(), M, K, dt, _TMA_ROWS // x_share)   # each sharer's rows
+            x_map = swizzled_rows_map(x.data_ptr(), M, K, dt, _TMA_ROWS)
             # Each block of a cluster loads half of the tile's W rows.
             w_map = swizzled_rows_map(weight.data_ptr(), weight.shape[0], K, dt, width // _TMA_CLUSTER)
             y_map = swizzled_rows_map(y.data_ptr(), M, N, dt, 64)   # the boxes a warpgroup stores
-            kernel, blocks = self._k["gemm_tma", dt, kind], _TMA_CLUSTER * x_share
-            items = gemm_tma_pairs(M, N, cols * x_share)     # a cluster's tiles: x_share W tiles of a row pair
-            # Persistent: no more clusters than run at once. 384 threads: a loading warpgroup
-            # and two multiplying ones.
-            clusters = min(items, self._max_clusters(kernel, blocks))
-            kernel(clusters * blocks, 384, x_map, w_map, y_map, M, N, K, shared=_TMA_SMEM)
+            # Persistent: no more clusters than run at once, a pair of blocks (one an SM) each.
+            # 384 threads: a loading warpgroup and two multiplying ones.
+            clusters = min(gemm_tma_pairs(M, N, cols), self.num_sms // _TMA_CLUSTER)
+            self._k["gemm_tma", dt, kind](clusters * _TMA_CLUSTER, 384, x_map, w_map, y_map, M, N, K,
+                                           shared=_TMA_SMEM)
         return y
-
-    def _max_clusters(self, kernel, blocks: int) -> int:
-        """How many clusters of `blocks` of a gemm_tma kernel run at once: every SM's worth for
-        pairs; for 2 x 2 what the GPCs hold (asked once a kernel)."""
-        if blocks == _TMA_CLUSTER:
-            return self.num_sms // _TMA_CLUSTER
-        if kernel.name not in self._cluster_counts:
-            self._cluster_counts[kernel.name] = kernel.max_active_clusters(blocks, 384, _TMA_SMEM)
-        return self._cluster_counts[kernel.name]
 
     def linear(self, x, weight, out=None):
         K = x.shape[-1]
@@ -484,10 +471,8 @@ class CudaOps(Ops):
             return super().mlp_block(x, residual, layer, step)
         normed, residual = self.rms_norm(x, layer.ffn_norm, step.shape.rms_norm_eps, residual)
         M, N = normed.shape[0], layer.gate_up.shape[0] // 2
-        # Shared x rows come in ping-pong tiles only.
-        width = _TMA_PINGPONG_COLS if self.silu_x_share == 2 else (
-            self.silu_width or gemm_tma_width(M, N, self.num_sms, silu=True))
-        gated = self.gemm_tma(normed, layer.gate_up, silu=True, width=width, x_share=self.silu_x_share)
+        width = self.silu_width or gemm_tma_width(M, N, self.num_sms, silu=True)
+        gated = self.gemm_tma(normed, layer.gate_up, silu=True, width=width)
         return self.linear(gated, layer.down), residual
 
     def norm_linear(self, x, residual, norm_weight, eps, weight, out=None):

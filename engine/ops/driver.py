@@ -54,22 +54,6 @@ def load_function(image: bytes, name: str) -> int:
     return function.value
 
 
-class _LaunchConfig(ctypes.Structure):   # CUlaunchConfig
-    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
-                ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]
-
-
-def max_active_clusters(function: int, cluster_size: int, threads: int, shared: int) -> int:
-    """How many clusters of a kernel compiled with __cluster_dims__(cluster_size) the GPU runs
-    at once (cuOccupancyMaxActiveClusters): a cluster's blocks must share a GPC, so clusters
-    of 4 may leave SMs idle that clusters of 2 fill. Its dynamic shared memory must be allowed."""
-    config = _LaunchConfig((cluster_size, 1, 1), (threads, 1, 1), shared, None, None, 0)
-    count = ctypes.c_int()
-    check(driver().cuOccupancyMaxActiveClusters(ctypes.byref(count), ctypes.c_void_p(function), ctypes.byref(config)),
-          "cuOccupancyMaxActiveClusters")
-    return count.value
-
-
 def allow_dynamic_shared(function: int, nbytes: int) -> None:
     check(driver().cuFuncSetAttribute(ctypes.c_void_p(function), _FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED, nbytes),
           "cuFuncSetAttribute")

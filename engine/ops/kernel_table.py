@@ -86,11 +86,11 @@ def constant(name: str) -> int:
     return CONSTANTS[name][2]
 
 
-# gemm_tma's kernels (gemm_tma_<kind>_<dtype>) by (silu, W rows a tile, blocks that share x rows).
+# gemm_tma's kernels (gemm_tma_<kind>_<dtype>) by (silu, W rows a tile).
 _WIDE, _NARROW = constant("GEMM_TMA_COLS"), constant("GEMM_TMA_NARROW_COLS")
 _PINGPONG = constant("GEMM_TMA_PINGPONG_COLS")
-GEMM_TMA_KINDS = {(False, _WIDE, 1): "plain", (False, _NARROW, 1): "narrow", (True, _WIDE, 1): "silu",
-                  (True, _PINGPONG, 1): "silu_pp", (True, _PINGPONG, 2): "silu_pp4"}
+GEMM_TMA_KINDS = {(False, _WIDE): "plain", (False, _NARROW): "narrow", (True, _WIDE): "silu",
+                  (True, _PINGPONG): "silu_pp"}
 
 
 @dataclass(frozen=True)

@@ -236,20 +236,20 @@ def test_a_kv_cache_shorter_than_the_step_budget_starts_and_keeps_outputs():
     assert sorted(set(runs)) == [(16, 1), (1024, 1), (2048, 1)]
 
 
-@pytest.mark.parametrize("scope,x_share,silu_width", [("mlp", 1, 128), ("mlp", 2, 128), ("mlp", 1, 0), ("all", 1, 128)])
-def test_prefill_gemms_in_gemm_tma_keep_a_long_prompts_logits(scope, x_share, silu_width):
+@pytest.mark.parametrize("scope,silu_width", [("mlp", 128), ("mlp", 0), ("all", 128)])
+def test_prefill_gemms_in_gemm_tma_keep_a_long_prompts_logits(scope, silu_width):
     """Long prompts' prefill with their GEMMs in gemm_tma (gate|up with SiLU-and-mul fused,
-    x_share 2: in clusters of 2 x 2; silu_width 0: the tiles chosen per step, cooperative at
-    8,000 rows; "all": the other projections too) against cuBLAS then silu_and_mul: the first
-    token's logits, graphs on, the same weights."""
+    silu_width 0: the tiles chosen per step, cooperative at 8,000 rows; "all": the other
+    projections too) against cuBLAS then silu_and_mul: the first token's logits, graphs on,
+    the same weights."""
     settings = dict(backend="cuda", dtype="bfloat16", kv_cache_tokens=1 << 14, max_num_seqs=4)
-    tma = LLM(MODEL, prefill_gemm_tma=scope, prefill_silu_x_share=x_share, prefill_silu_width=silu_width, **settings)
+    tma = LLM(MODEL, prefill_gemm_tma=scope, prefill_silu_width=silu_width, **settings)
     cublas = LLM(MODEL, prefill_gemm_tma="off", **settings)
     if tma.runner.model.ops.prefill_gemm_tma == "off":
         pytest.skip("gemm_tma needs an sm_90a GPU")
     prompts = [[(31 * n + 11 * j) % 20000 + 30 for j in range(n)] for n in (1500, 3000, 8000)]
     errors = [rel(first_token_logits(tma, p), first_token_logits(cublas, p)) for p in prompts]
-    report(f"prefill_gemm_tma_{scope}_x{x_share}_w{silu_width}", {"logits_rel": errors})
+    report(f"prefill_gemm_tma_{scope}_w{silu_width}", {"logits_rel": errors})
     assert max(errors) <= 3e-2
 
 
