@@ -4,6 +4,9 @@
 # oldest generation, and 100 throwaway allocations set off no full collection. The test now
 # allocates until one starts (or the heap's size) and asserts that no collection starts while
 # the stream captures. With the pause, then without it (gc-pause.diff reverted: it should fail).
+# Then, the pause back, every GPU test and memcheck on dummy weights: 2cbaf08 removed the
+# x-sharing gemm_tma variant, and the remaining gemm_tma kernels' rank arithmetic went back to
+# what sessions 37-39 ran (their SASS changed there alone). One tarball back.
 source benchmarks/device_env.sh
 echo "tree $(cat .whl/HEAD) + working changes:" > $L/tree.txt; cat .whl/DIFF >> $L/tree.txt; cat $L/gpu.txt
 export ROADGATE_TEST_MODEL=dummy:smollm2-135m
@@ -14,4 +17,7 @@ echo "with the pause rc=$?"; tail -n 1 $L/test-gc-pause.log
 patch -R -p1 < $D > /dev/null || exit 5
 timeout 120 python3 -m pytest -m gpu -q -p no:cacheprovider $T > $L/test-no-pause.log 2>&1
 echo "without rc=$?"; tail -n 1 $L/test-no-pause.log; grep -m4 -E "^E |cuModuleUnload|capturing" $L/test-no-pause.log
-patch -p1 < $D > /dev/null
+patch -p1 < $D > /dev/null || exit 6
+OUT=$OUT/suite SUITE_ONLY="tests memcheck" timeout 330 bash benchmarks/gpu_suite.sh dummy:smollm2-135m > $L/suite.log 2>&1
+echo "suite rc=$?"; tail -n 4 $L/suite.log
+pack_out
