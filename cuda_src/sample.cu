@@ -46,8 +46,9 @@ __device__ __forceinline__ int block_argmax(float v, int i, float* sv, int* si) 
 }
 
 // Smallest order key a token must have to survive top-k and top-p, as in
-// torch_ops.filter_logits: keep the k largest, and those whose strictly larger
-// tokens hold less than top_p of the probability mass; the best token always stays.
+// torch_ops.filter_logits: keep the tokens at least as large as the k-th largest value
+// (ties at the cut all stay), and those whose strictly larger tokens hold less than top_p
+// of the probability mass; the best token always stays.
 template <typename T>
 __device__ uint32_t filter_threshold(const T* x, int V, float temp, int k, float p, float* scratch) {
     float mx = -INFINITY;

@@ -245,6 +245,19 @@ def test_filter_logits_keeps_top_k_and_nucleus():
     assert torch.isfinite(out[1]).tolist() == [True, True, False, False]   # 0.5 + 0.3 >= 0.7
 
 
+def test_filter_logits_keeps_every_token_tied_at_the_cut():
+    # As the CUDA sampler cuts, by value: both 2s stay at top_k 2, and at top_p 0.5 the three
+    # tokens of 0.2 stay (strictly above them lies 0.4 < 0.5), where a cut by rank would keep
+    # whichever of the tied tokens the sort put first.
+    logits = torch.tensor([[3.0, 2.0, 2.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    out = filter_logits(logits, torch.tensor([2, 1]), torch.tensor([1.0, 1.0]))
+    assert torch.isfinite(out).tolist() == [[True, True, True, False], [True, True, True, True]]
+    logits = torch.log(torch.tensor([[0.2, 0.4, 0.2, 0.2], [0.2, 0.4, 0.2, 0.2]]))
+    out = filter_logits(logits, torch.tensor([0, 4]), torch.tensor([0.5, 0.4]))
+    assert torch.isfinite(out[0]).all()
+    assert torch.isfinite(out[1]).tolist() == [False, True, False, False]   # 0.4 >= 0.4: only the best
+
+
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_a_row_with_a_nan_or_nothing_above_minus_inf_samples_no_token(temperature):
     from engine.ops.base import NO_TOKEN

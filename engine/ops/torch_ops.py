@@ -39,12 +39,21 @@ def uniform_noise(seeds: torch.Tensor, counters: torch.Tensor, vocab_size: int) 
 
 
 def filter_logits(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Set logits outside each row's top-k / top-p nucleus to -inf (the best token always stays)."""
+    """Set logits outside each row's top-k / top-p set to -inf, cut by value as the CUDA
+    sampler cuts (cuda_src/sample.cu): a token stays if it is at least the k-th largest value
+    (every token tied with it stays too) and the tokens strictly above its value hold less than
+    top_p of the probability mass; the best token always stays. A cut by rank would keep an
+    arbitrary few of the tied tokens (the sort is not stable), and bf16 logits tie often."""
     sorted_logits, order = scaled.sort(dim=-1, descending=True)
     probs = sorted_logits.softmax(dim=-1)
-    rank = torch.arange(scaled.shape[-1], device=scaled.device)[None, :]
-    drop = (probs.cumsum(dim=-1) - probs) >= top_p[:, None]
-    drop |= (top_k[:, None] > 0) & (rank >= top_k[:, None].long())
+    rank = torch.arange(scaled.shape[-1], device=scaled.device).expand_as(sorted_logits)
+    # The mass strictly above a value is the exclusive cumulative sum at the first of its ties.
+    new_value = torch.ones_like(sorted_logits, dtype=torch.bool)
+    new_value[:, 1:] = sorted_logits[:, 1:] != sorted_logits[:, :-1]
+    first_tie = torch.where(new_value, rank, 0).cummax(dim=-1).values
+    drop = (probs.cumsum(dim=-1) - probs).gather(-1, first_tie) >= top_p[:, None]
+    kth = (top_k.long().clamp(max=scaled.shape[-1]) - 1).clamp(min=0)
+    drop |= (top_k[:, None] > 0) & (sorted_logits < sorted_logits.gather(-1, kth[:, None]))
     drop[:, 0] = False
     sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
     return torch.empty_like(scaled).scatter_(-1, order, sorted_logits)

@@ -772,6 +772,18 @@ def test_sample_filtered(ops, top_k, top_p):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("top_k", [5, 50])
+def test_sample_keeps_every_token_tied_at_the_top_k_cut(ops, dtype, top_k):
+    # Logits in quarter steps: the k-th largest value is tied in nearly every row (16-bit
+    # logits tie often). The kernel and the reference both keep every tied token, so every
+    # row draws the same one (a cut by rank kept an arbitrary few of them: session 47's flake).
+    B, V = 256, 49152
+    logits = ((torch.randn(B, V, device="cuda") * 12).round() / 4).to(dtype)
+    s = sampling_tensors(B, 0.9, top_k)
+    assert torch.equal(ops.sample(logits, s), REF.sample(logits, s))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("temperature, top_k", [(0.0, 0), (0.8, 0), (0.8, 50)])
 @pytest.mark.parametrize("V", [49152, 1001])   # the vector loads' loop, and the one-at-a-time one
 def test_sample_gives_no_token_where_the_reference_does(ops, dtype, temperature, top_k, V):
