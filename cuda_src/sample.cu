@@ -19,10 +19,11 @@ __device__ __forceinline__ uint32_t order_key(float f) {
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-// The uniform draw of torch_ops.uniform_noise for token `col` of a row.
+// The uniform draw of torch_ops.uniform_noise for token `col` of a row: 23 bits, so it
+// never rounds to 1 (torch_ops.uniform_from_bits says why).
 __device__ __forceinline__ float uniform(uint32_t row_key, uint32_t col) {
     uint32_t bits = mix32(row_key ^ mix32(col + 0x9E3779B9u));
-    return ((float)(bits >> 8) + 0.5f) * (1.0f / 16777216.0f);
+    return ((float)(bits >> 9) + 0.5f) * (1.0f / 8388608.0f);
 }
 
 // Block-wide argmax of (value, index), lowest index on ties; every thread gets the index.

@@ -8,7 +8,7 @@ import torch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.detokenizer import StopChecker
-from engine.ops.torch_ops import TorchOps, filter_logits, uniform_noise
+from engine.ops.torch_ops import TorchOps, filter_logits, uniform_from_bits, uniform_noise
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.model_source import resolve
@@ -236,6 +236,14 @@ def test_noise_is_a_function_of_seed_counter_and_index():
     assert torch.equal(u, uniform_noise(seeds, counters, 1000))
     assert not torch.equal(u[0], u[1]) and not torch.equal(u[0], u[2])
     assert abs(u.mean().item() - 0.5) < 0.02
+
+
+def test_uniform_draws_stay_inside_zero_and_one_at_the_extreme_bits():
+    # u = 1 gave g = -log(-log u) = +inf: that token won whatever its logit, and a token that
+    # top-k had dropped came out as -inf + inf = NaN, which argmax takes.
+    u = uniform_from_bits(torch.tensor([0, (1 << 32) - 1]))
+    assert ((u > 0) & (u < 1)).all()
+    assert torch.isfinite(-torch.log(-torch.log(u))).all()
 
 
 def test_filter_logits_keeps_top_k_and_nucleus():

@@ -34,8 +34,16 @@ def uniform_noise(seeds: torch.Tensor, counters: torch.Tensor, vocab_size: int) 
     seed_lo, seed_hi = seeds & _MASK32, (seeds >> 32) & _MASK32
     row = _mix32(seed_lo ^ _mix32(seed_hi ^ _mix32(counters & _MASK32)))
     col = torch.arange(vocab_size, device=seeds.device, dtype=torch.int64)
-    bits = _mix32(row[:, None] ^ _mix32(col + 0x9E3779B9)[None, :])
-    return ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+    return uniform_from_bits(_mix32(row[:, None] ^ _mix32(col + 0x9E3779B9)[None, :]))
+
+
+def uniform_from_bits(bits: torch.Tensor) -> torch.Tensor:
+    """A uniform in (0, 1) from 32 random bits (held in int64): the top 23, centred in their
+    bin, so float32 holds every value exactly and none reaches 1. From the top 24 bits the
+    largest, 2^24 - 1 + 0.5, rounded to 2^24 in float32: u = 1 drew g = -log(-log u) = +inf,
+    so one draw in 2^24 won whatever its logit, and where top-k or top-p had dropped that
+    token the reference's -inf + inf made a NaN that argmax took (0.3% of rows at 49,152)."""
+    return ((bits >> 9).to(torch.float32) + 0.5) * (1.0 / (1 << 23))
 
 
 def filter_logits(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
