@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 class SamplingParams:
     """How to pick each next token and when to stop.
 
-    temperature 0 means greedy; top_k 0 and top_p 1 switch those filters off.
+    temperature 0 means greedy; top_k 0 and top_p 1 switch those filters off. Both cut by
+    value: top_k keeps every token at least as likely as the k-th (all its ties), top_p every
+    token whose more likely tokens hold less than top_p of the probability.
     seed None lets the engine derive one from its own seed and the request.
     """
 
