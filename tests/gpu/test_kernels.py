@@ -778,7 +778,7 @@ def test_sample_filtered(ops, top_k, top_p):
 def test_sample_keeps_every_token_tied_at_the_top_k_cut(ops, dtype, top_k):
     # Logits in quarter steps: the k-th largest value is tied in nearly every row (16-bit
     # logits tie often). The kernel and the reference both keep every tied token, so every
-    # row draws the same one (a cut by rank kept an arbitrary few of them: session 47's flake).
+    # row draws the same one (the reference's cut by rank kept an arbitrary few of them).
     B, V = 256, 49152
     logits = ((torch.randn(B, V, device="cuda") * 12).round() / 4).to(dtype)
     s = sampling_tensors(B, 0.9, top_k)
