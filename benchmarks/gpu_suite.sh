@@ -42,7 +42,7 @@ step decode-step python3 benchmarks/decode_step.py --profile
 step decode-step-b1 python3 benchmarks/decode_step.py --batch 1 --context 256
 step host-profile python3 benchmarks/host_profile.py --workload fixed-256x128x128
 step launch-cost python3 benchmarks/launch_cost.py
-step prefill python3 benchmarks/prefill.py
+step prefill python3 benchmarks/prefill.py --preflight   # its TTFT holds host time: stored with the host quiet before and watched throughout
 step step-trace python3 benchmarks/step_trace.py
 # HF runs beside ours where the targets are ratios to it, in both its configurations on
 # fixed-256 (eager, and its fast path: static cache + torch.compile; eager stays the

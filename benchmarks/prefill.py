@@ -22,9 +22,13 @@ knob of engine.config.ENV_OVERRIDES (e.g. prefill_gemm_tma=off), in the same pro
 warmed up on each shape, and their repetitions alternate on the same fresh prompts, so drift
 in the GPU's clocks falls on both alike. It prints the two and B's time over A's; it stores
 nothing.
-Figures go to the results store as micro-benchmark `prefill-<shape>` unless --no-store.
+Figures go to the results store as micro-benchmark `prefill-<shape>` unless --no-store. Their
+wall clock and TTFT include host work, so a stored shape's measurement (warm-ups, repetitions,
+plain torch) runs under jobs/host_monitor.py, and --preflight first leases the GPU and waits for a
+quiet host, as `roadgate bench --preflight` does: each run records whether its host was quiet
+before and throughout (jobs/microbench.py).
 Usage: python3 benchmarks/prefill.py [--model dummy:smollm2-135m] [--shapes 1x4000 1x8000 64x1000]
-       [--ab prefill_gemm_tma=off]
+       [--preflight [--gpu N]] [--ab prefill_gemm_tma=off]
 """
 from __future__ import annotations
 
@@ -43,6 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.step_trace import GPU_CATEGORIES, traced_events  # noqa: E402
 from engine import LLM, SamplingParams  # noqa: E402
 from engine.config import ENV_OVERRIDES, EngineConfig  # noqa: E402
+from jobs import host_monitor  # noqa: E402
+from jobs.errors import UsageError  # noqa: E402
+from jobs.preflight import on_a_leased_gpu  # noqa: E402
 from jobs.store.models import utcnow  # noqa: E402
 
 
@@ -280,9 +287,15 @@ def main() -> None:
                     "and print where its generate() call went")
     ap.add_argument("--ab", type=parse_setting, metavar="SETTING=VALUE",
                     help="also measure an engine that differs in this one tuning knob, alternating with the first")
+    ap.add_argument("--preflight", action="store_true",
+                    help="lease a GPU (refused when none is free) and wait for a quiet host (roadgate preflight's "
+                         "defaults) before measuring; the stored runs record the outcome")
+    ap.add_argument("--gpu", type=int, help="with --preflight: the GPU to lease (default: the lowest free one)")
     args = ap.parse_args()
     if args.ab and not args.no_store:
         ap.error("--ab compares two engines and stores neither; pass --no-store")
+    if args.gpu is not None and not args.preflight:
+        ap.error("--gpu names the GPU --preflight leases; pass --preflight too")
     if not args.no_store:
         # Checked before any GPU work: the store refuses an unregistered name only after its measurement.
         from jobs.registry import MICROBENCHMARKS
@@ -291,6 +304,20 @@ def main() -> None:
         if unregistered:
             ap.error(f"{', '.join(unregistered)}: not a micro-benchmark of jobs/registry.py, so the results store "
                      "would refuse it; register it there or pass --no-store")
+    with contextlib.ExitStack() as held:
+        outcome, gpu_index = None, 0
+        if args.preflight:
+            try:
+                leased, outcome = on_a_leased_gpu(held, args.gpu)
+            except UsageError as e:
+                ap.error(str(e))
+            gpu_index = leased.index
+        measure_and_report(args, outcome, gpu_index)
+
+
+def measure_and_report(args: argparse.Namespace, outcome, gpu_index: int) -> None:
+    """Every shape measured, printed and (unless --no-store) stored with `outcome`, the
+    preflight it waited on (None: none), and the host watched on GPU `gpu_index` meanwhile."""
     longest = max(n for _, n in args.shapes)
     settings = {"backend": "cuda", "max_model_len": longest + 16}
     if args.ab:
@@ -305,17 +332,20 @@ def main() -> None:
     rows = []
     for batch, tokens in args.shapes:
         started = utcnow()
-        results = measure(engines, batch, tokens, args.reps, gen)
-        torch_figures = {}
-        if ref is not None:
-            time_torch(ref, random_prompts(first, batch, tokens, gen))     # warm-up, as for ours
-            torch_figures["torch_prefill_s"] = statistics.median(
-                time_torch(ref, random_prompts(first, batch, tokens, gen)) for _ in range(args.reps))
-            graph = TorchPrefillGraph(ref, batch, tokens)
-            graph.time(random_prompts(first, batch, tokens, gen))          # a warm-up replay, as for eager
-            torch_figures["torch_graph_prefill_s"] = statistics.median(
-                graph.time(random_prompts(first, batch, tokens, gen)) for _ in range(args.reps))
-            del graph
+        # Watched only where the figures are stored: the A/B and the printed runs keep the
+        # monitor's samples (a few ms of the GIL every 0.5 s) out of their repetitions.
+        with (contextlib.nullcontext() if args.no_store else host_monitor.watch(gpu_index)) as watched:
+            results = measure(engines, batch, tokens, args.reps, gen)
+            torch_figures = {}
+            if ref is not None:
+                time_torch(ref, random_prompts(first, batch, tokens, gen))     # warm-up, as for ours
+                torch_figures["torch_prefill_s"] = statistics.median(
+                    time_torch(ref, random_prompts(first, batch, tokens, gen)) for _ in range(args.reps))
+                graph = TorchPrefillGraph(ref, batch, tokens)
+                graph.time(random_prompts(first, batch, tokens, gen))          # a warm-up replay, as for eager
+                torch_figures["torch_graph_prefill_s"] = statistics.median(
+                    graph.time(random_prompts(first, batch, tokens, gen)) for _ in range(args.reps))
+                del graph
         torch_s = torch_figures.get("torch_graph_prefill_s")
         for label, llm in engines.items():
             figures, host = results[label]["figures"], results[label]["host"]
@@ -340,7 +370,7 @@ def main() -> None:
                       "dtype": str(first.dtype).removeprefix("torch."),
                       "max_num_batched_tokens": first.config.max_num_batched_tokens}
             run_id = record_microbench(microbenchmark_name(batch, tokens), config, results["ours"]["figures"],
-                                       started, utcnow())
+                                       started, utcnow(), preflight=outcome, watched=watched.summary())
             print(f"  recorded run {run_id}")
     print(f"\n{'shape':>9} {'engine':>24} {'wall ms':>9} {'TTFT ms':>9} {'tok/s':>10} {'torch ms':>9} "
           f"{'graph ms':>9}")

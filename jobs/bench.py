@@ -276,14 +276,8 @@ def run_cli(args: argparse.Namespace) -> int:
         outcome = leased = None
         if args.preflight:
             waiting = time.perf_counter()
-            from jobs import gpu_lease, preflight
-            try:
-                # Before the engines initialise CUDA: they run on the leased GPU, as its device 0.
-                leased = held.enter_context(gpu_lease.lease(args.gpu, timeout_s=0))
-            except (gpu_lease.Contended, ValueError) as e:
-                raise UsageError(f"--preflight: {e}") from None
-            outcome = preflight.check(**preflight.DEFAULTS, gpu_index=leased.index)
-            print(f"preflight: {outcome.status} ({outcome.reason})")
+            from jobs.preflight import on_a_leased_gpu
+            leased, outcome = on_a_leased_gpu(held, args.gpu)
             job_start += time.perf_counter() - waiting   # waiting for quiet is not the job's own overhead
         started = utcnow()
         if sha:

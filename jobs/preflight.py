@@ -117,6 +117,20 @@ def check(window_s: float, load_threshold: float, timeout_s: float, sample_every
         inputs.sleep(min(sample_every_s, timeout_s - t))
 
 
+def on_a_leased_gpu(held: contextlib.ExitStack, gpu: int | None) -> tuple[gpu_lease.Lease, PreflightOutcome]:
+    """What `--preflight` does before a measurement: lease GPU `gpu` (None: the lowest free one)
+    for the rest of `held`, refused at once (a UsageError) when it is taken. The lease comes
+    before this process initialises CUDA, so its engines run on the leased GPU as device 0.
+    Then wait for a quiet host at DEFAULTS and print the outcome."""
+    try:
+        leased = held.enter_context(gpu_lease.lease(gpu, timeout_s=0))
+    except (gpu_lease.Contended, ValueError) as e:
+        raise UsageError(f"--preflight: {e}") from None
+    outcome = check(**DEFAULTS, gpu_index=leased.index)
+    print(f"preflight: {outcome.status} ({outcome.reason})")
+    return leased, outcome
+
+
 def _gpu_report(gpu_index: int | None, gpu: GpuState | None) -> dict:
     if gpu is None:
         return {"index": gpu_index, "present": False, "reason": "no GPU (check not applicable)"}

@@ -68,15 +68,15 @@ def lenient_preflight(thresholds: dict | None) -> str | None:
     return f"lenient preflight ({', '.join(looser)})" if looser else None
 
 
-def measurement_noise(workload: Workload, host: dict | None) -> str | None:
+def measurement_noise(max_foreign_cpus: float, host: dict | None) -> str | None:
     """Why the host was not quiet while an engine was measured (`host`: its host_monitor summary), or None."""
     if not host or host["foreign_cpus_mean"] is None:
         return "host not monitored during measurement"
     mean, pids = host["foreign_cpus_mean"], host["foreign_gpu_pids"]
-    if mean <= workload.max_foreign_cpus and not pids:
+    if mean <= max_foreign_cpus and not pids:
         return None
     return (f"noisy during measurement (foreign CPUs mean {mean:g}, max {host['foreign_cpus_max']:g}, "
-            f"allowed {workload.max_foreign_cpus:g}" + (f"; foreign GPU processes {pids}" if pids else "") + ")")
+            f"allowed {max_foreign_cpus:g}" + (f"; foreign GPU processes {pids}" if pids else "") + ")")
 
 
 def unquiet_before(outcome: dict) -> str | None:
@@ -95,21 +95,32 @@ def run_verdict(workload: Workload, metrics_by_engine: dict[str, dict[str, dict]
     runs.validity, the outcomes and summaries with it."""
     engines = {engine: engine_verdict(workload, metrics, held_to_agreement=engine == OUR_ENGINE)
                for engine, metrics in metrics_by_engine.items()}
-    host_by_engine, preflight_by_engine = host_by_engine or {}, preflight_by_engine or {}
-    quiet = preflight_status == "quiet"
-    host_reasons = [] if quiet else [f"host not known to be quiet (preflight {preflight_status})"]
-    if quiet and (lenient := lenient_preflight(preflight_thresholds)):
-        host_reasons.append(lenient)
-    for engine, outcome in preflight_by_engine.items():
-        if before := unquiet_before(outcome):
-            host_reasons.append(f"{engine}: {before}")
-    for engine in metrics_by_engine:
-        if noise := measurement_noise(workload, host_by_engine.get(engine)):
-            host_reasons.append(f"{engine}: {noise}")
-    reasons = host_reasons + [f"{engine}: {reason}" for engine, verdict in engines.items()
-                              for reason in verdict["reasons"]]
-    return {"valid": not reasons, "reasons": reasons, "quiet_host": quiet, "host_reasons": host_reasons,
-            "host": host_by_engine, "preflight": preflight_by_engine, "engines": engines,
+    quiet_host = host_verdict(list(metrics_by_engine), preflight_status, preflight_thresholds, host_by_engine or {},
+                              workload.max_foreign_cpus, preflight_by_engine)
+    reasons = quiet_host["host_reasons"] + [f"{engine}: {reason}" for engine, verdict in engines.items()
+                                            for reason in verdict["reasons"]]
+    return {"valid": not reasons, "reasons": reasons, **quiet_host, "engines": engines,
             "rules": {"workload": workload.name, "version": workload.version,
                       "min_duration_s": workload.min_duration_s, "min_requests": workload.min_requests,
                       "min_agreement": workload.min_agreement, "max_foreign_cpus": workload.max_foreign_cpus}}
+
+
+def host_verdict(engines: list[str], preflight_status: str, preflight_thresholds: dict | None,
+                 host_by_engine: dict[str, dict], max_foreign_cpus: float,
+                 preflight_by_engine: dict[str, dict] | None = None) -> dict:
+    """Was the host quiet before the run (its preflight, and each engine's own, where one had
+    one) and while each of `engines` was measured (`host_by_engine`: host_monitor summaries)?
+    {quiet_host, host_reasons, host, preflight}: the part of runs.validity that roadmap rows
+    asking for a quiet host read (bench runs and watched micro-benchmarks alike)."""
+    preflight_by_engine = preflight_by_engine or {}
+    quiet = preflight_status == "quiet"
+    reasons = [] if quiet else [f"host not known to be quiet (preflight {preflight_status})"]
+    if quiet and (lenient := lenient_preflight(preflight_thresholds)):
+        reasons.append(lenient)
+    for engine, outcome in preflight_by_engine.items():
+        if before := unquiet_before(outcome):
+            reasons.append(f"{engine}: {before}")
+    for engine in engines:
+        if noise := measurement_noise(max_foreign_cpus, host_by_engine.get(engine)):
+            reasons.append(f"{engine}: {noise}")
+    return {"quiet_host": quiet, "host_reasons": reasons, "host": host_by_engine, "preflight": preflight_by_engine}

@@ -1,5 +1,6 @@
 """benchmarks/prefill.py's A/B of one tuning knob: the setting it parses, the KV cache each of
-its two engines gets, and its refusal to store a comparison."""
+its two engines gets, and what it refuses before any GPU work (a comparison to store, --gpu
+without --preflight)."""
 from __future__ import annotations
 
 import argparse
@@ -44,10 +45,14 @@ def test_the_kv_cache_holds_the_largest_shapes_prompts_and_output_in_whole_block
     assert kv_tokens_for([(2, 15)], 16) == 2 * 16   # 15 tokens and the output fill one block
 
 
-def test_an_ab_run_that_would_store_is_refused_before_any_gpu_work(monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["prefill.py", "--ab", "prefill_gemm_tma=1"])
+@pytest.mark.parametrize("argv, problem", [
+    (["--ab", "prefill_gemm_tma=1"], "--ab compares two engines and stores neither; pass --no-store"),
+    (["--gpu", "1"], "--gpu names the GPU --preflight leases; pass --preflight too"),
+])
+def test_a_run_it_cannot_do_is_refused_before_any_gpu_work(monkeypatch, capsys, argv, problem):
+    monkeypatch.setattr(sys, "argv", ["prefill.py", *argv])
     monkeypatch.setattr(prefill, "LLM", lambda *a, **k: pytest.fail("an engine was built"))
     with pytest.raises(SystemExit) as exit_:
         prefill.main()
     assert exit_.value.code == 2
-    assert "--ab compares two engines and stores neither; pass --no-store" in capsys.readouterr().err
+    assert problem in capsys.readouterr().err
